@@ -1,0 +1,151 @@
+// Source: one interface for every place bytes live (local files, memory, and
+// later http(s)://, s3://, pipe:). It is the library's I/O seam: everything
+// that reads shards or writes files goes through a Source, so tests can drive
+// real servers, in-memory stores and fault injection through the same code.
+//
+// Urls: a plain path or file:// url for local files; other schemes are handled
+// by the Source registered for them (see DefaultSource()).
+//
+// Thread-safety: Source methods may be called concurrently. A RandomAccessFile
+// allows concurrent ReadAt; an InputStream or WritableFile is used by one
+// thread at a time.
+#ifndef SHARDSTREAM_SOURCE_H_
+#define SHARDSTREAM_SOURCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardstream/export.h"
+#include "shardstream/result.h"
+#include "shardstream/status.h"
+
+namespace shardstream {
+
+struct FileInfo {
+  std::string url;
+  uint64_t size = 0;
+  bool is_dir = false;
+  int64_t mtime_ns = 0;
+  std::string etag;  // object version where the source has one; else empty.
+};
+
+// Reads at arbitrary offsets.
+class SHARDSTREAM_EXPORT RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile();
+  // The url, credentials redacted, for messages.
+  virtual const std::string& url() const = 0;
+  virtual Result<uint64_t> Size() = 0;
+  // Reads up to n bytes at offset into out. Returns the count read, which is
+  // less than n only at the end of the file. Safe to call concurrently.
+  virtual Result<size_t> ReadAt(uint64_t offset, size_t n, void* out) = 0;
+};
+
+// Reads a byte stream front to back.
+class SHARDSTREAM_EXPORT InputStream {
+ public:
+  virtual ~InputStream();
+  virtual const std::string& url() const = 0;
+  // Reads up to n bytes; returns 0 only at the end of the stream. May return
+  // fewer than n bytes before the end.
+  virtual Result<size_t> Read(size_t n, void* out) = 0;
+  // The offset in the underlying object of the next byte Read returns.
+  virtual uint64_t position() const = 0;
+  // The object's total size, when known.
+  virtual std::optional<uint64_t> size() const { return std::nullopt; }
+};
+
+// A file being written. Nothing is visible under its final name until the
+// caller renames it there (see Source::Rename); Sync makes written bytes
+// durable. Close or Abort must be called before destruction; the destructor
+// aborts a file that was not closed.
+class SHARDSTREAM_EXPORT WritableFile {
+ public:
+  virtual ~WritableFile();
+  virtual const std::string& url() const = 0;
+  virtual Status Append(std::string_view data) = 0;
+  virtual Status Sync() = 0;
+  virtual Status Close() = 0;
+  // Discards the file (removes what was written). Idempotent.
+  virtual Status Abort() = 0;
+};
+
+class SHARDSTREAM_EXPORT Source {
+ public:
+  virtual ~Source();
+
+  virtual Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) = 0;
+  // A stream starting at byte `offset`. The default adapts OpenRandomAccess.
+  virtual Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
+                                                               uint64_t offset = 0);
+  // On failure returns NotFound if url does not exist.
+  virtual Result<FileInfo> Stat(const std::string& url) = 0;
+  // Entries directly below a directory url (or with a key prefix, for object
+  // stores), sorted by url.
+  virtual Result<std::vector<FileInfo>> List(const std::string& url);
+
+  // Writing. Sources that cannot write return kConfig.
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url);
+  // Atomically replaces `to` with `from` where the source supports it.
+  virtual Status Rename(const std::string& from, const std::string& to);
+  virtual Status Remove(const std::string& url);
+  // Creates a directory and its missing parents; OK if it exists.
+  virtual Status CreateDir(const std::string& url);
+  // Removes an empty directory.
+  virtual Status RemoveDir(const std::string& url);
+  // Makes renames and creations inside directory `url` durable.
+  virtual Status SyncDir(const std::string& url);
+};
+
+// Forwards every call to a target; subclass it to intercept some calls
+// (fault injection, counting, latency).
+class SHARDSTREAM_EXPORT SourceWrapper : public Source {
+ public:
+  explicit SourceWrapper(std::shared_ptr<Source> target) : target_(std::move(target)) {}
+  Source* target() const { return target_.get(); }
+
+  Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override;
+  Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
+                                                       uint64_t offset) override;
+  Result<FileInfo> Stat(const std::string& url) override;
+  Result<std::vector<FileInfo>> List(const std::string& url) override;
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status Remove(const std::string& url) override;
+  Status CreateDir(const std::string& url) override;
+  Status RemoveDir(const std::string& url) override;
+  Status SyncDir(const std::string& url) override;
+
+ private:
+  std::shared_ptr<Source> target_;
+};
+
+// Local files: plain paths and file:// urls. Reads use pread and sequential
+// read-ahead hints; writes go through write/fsync.
+SHARDSTREAM_EXPORT std::shared_ptr<Source> LocalSource();
+
+// An in-memory file system keyed by url (tests, small data). Thread-safe.
+SHARDSTREAM_EXPORT std::shared_ptr<Source> NewMemorySource();
+
+// The process-wide router: dispatches each url to the Source registered for
+// its scheme ("file" handles plain paths). Later modules register "http",
+// "https", "s3" and "pipe".
+SHARDSTREAM_EXPORT std::shared_ptr<Source> DefaultSource();
+// Registers (or replaces) the Source for a scheme in DefaultSource().
+SHARDSTREAM_EXPORT void RegisterSource(const std::string& scheme, std::shared_ptr<Source> source);
+
+// Whole-object helpers over any Source.
+SHARDSTREAM_EXPORT Result<std::string> ReadFileToString(Source& source, const std::string& url);
+// Writes data under a temporary name, syncs, renames into place and syncs the
+// directory: readers see the old content or the new, never a mix.
+SHARDSTREAM_EXPORT Status WriteFileAtomic(Source& source, const std::string& url,
+                                          std::string_view data);
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_SOURCE_H_

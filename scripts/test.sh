@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test: the C++ suite (ctest) and the Python suite (pytest).
+#   scripts/test.sh             normal build in build/
+#   scripts/test.sh --sanitize  also the ASan+UBSan build of the C++ suite
+# Does its own set-up (scripts/setup.sh) first.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+sanitize=0
+for a in "$@"; do
+  case "$a" in
+    --sanitize) sanitize=1 ;;
+    *) echo "unknown option $a" >&2; exit 2 ;;
+  esac
+done
+bash scripts/setup.sh
+jobs=$(nproc)
+export SHARDSTREAM_PYTHON="$root/.venv/bin/python"
+
+echo "== C++ build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 300
+
+if ((sanitize)); then
+  echo "== C++ tests under ASan+UBSan"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+        -DSHARDSTREAM_SANITIZE=address,undefined -DSHARDSTREAM_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-asan -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 600
+fi

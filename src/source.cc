@@ -1,0 +1,210 @@
+// Source defaults, the forwarding wrapper, the scheme router and whole-file
+// helpers.
+#include "shardstream/source.h"
+
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "shardstream/url.h"
+
+namespace shardstream {
+
+RandomAccessFile::~RandomAccessFile() = default;
+InputStream::~InputStream() = default;
+WritableFile::~WritableFile() = default;
+Source::~Source() = default;
+
+namespace {
+
+Status Unsupported(const char* what, const std::string& url) {
+  return Status(StatusCode::kConfig,
+                std::string(what) + " is not supported for " + RedactUrl(url), RedactUrl(url));
+}
+
+// A sequential stream over a RandomAccessFile.
+class RandomAccessStream final : public InputStream {
+ public:
+  RandomAccessStream(std::unique_ptr<RandomAccessFile> file, uint64_t offset)
+      : file_(std::move(file)), pos_(offset) {
+    auto size = file_->Size();
+    if (size.ok()) size_ = *size;
+  }
+  const std::string& url() const override { return file_->url(); }
+  Result<size_t> Read(size_t n, void* out) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, file_->ReadAt(pos_, n, out));
+    pos_ += got;
+    return got;
+  }
+  uint64_t position() const override { return pos_; }
+  std::optional<uint64_t> size() const override { return size_; }
+
+ private:
+  std::unique_ptr<RandomAccessFile> file_;
+  uint64_t pos_;
+  std::optional<uint64_t> size_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<InputStream>> Source::OpenInputStream(const std::string& url,
+                                                             uint64_t offset) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto file, OpenRandomAccess(url));
+  return std::unique_ptr<InputStream>(new RandomAccessStream(std::move(file), offset));
+}
+Result<std::vector<FileInfo>> Source::List(const std::string& url) {
+  return Unsupported("List", url);
+}
+Result<std::unique_ptr<WritableFile>> Source::NewWritableFile(const std::string& url) {
+  return Unsupported("writing", url);
+}
+Status Source::Rename(const std::string& from, const std::string&) {
+  return Unsupported("Rename", from);
+}
+Status Source::Remove(const std::string& url) { return Unsupported("Remove", url); }
+Status Source::CreateDir(const std::string& url) { return Unsupported("CreateDir", url); }
+Status Source::RemoveDir(const std::string& url) { return Unsupported("RemoveDir", url); }
+Status Source::SyncDir(const std::string& url) { return Unsupported("SyncDir", url); }
+
+Result<std::unique_ptr<RandomAccessFile>> SourceWrapper::OpenRandomAccess(const std::string& url) {
+  return target_->OpenRandomAccess(url);
+}
+Result<std::unique_ptr<InputStream>> SourceWrapper::OpenInputStream(const std::string& url,
+                                                                    uint64_t offset) {
+  return target_->OpenInputStream(url, offset);
+}
+Result<FileInfo> SourceWrapper::Stat(const std::string& url) { return target_->Stat(url); }
+Result<std::vector<FileInfo>> SourceWrapper::List(const std::string& url) {
+  return target_->List(url);
+}
+Result<std::unique_ptr<WritableFile>> SourceWrapper::NewWritableFile(const std::string& url) {
+  return target_->NewWritableFile(url);
+}
+Status SourceWrapper::Rename(const std::string& from, const std::string& to) {
+  return target_->Rename(from, to);
+}
+Status SourceWrapper::Remove(const std::string& url) { return target_->Remove(url); }
+Status SourceWrapper::CreateDir(const std::string& url) { return target_->CreateDir(url); }
+Status SourceWrapper::RemoveDir(const std::string& url) { return target_->RemoveDir(url); }
+Status SourceWrapper::SyncDir(const std::string& url) { return target_->SyncDir(url); }
+
+namespace {
+
+class Router final : public Source {
+ public:
+  void Register(const std::string& scheme, std::shared_ptr<Source> source) {
+    std::lock_guard<std::mutex> lock(mu_);
+    by_scheme_[scheme] = std::move(source);
+  }
+
+  Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
+    return s->OpenRandomAccess(url);
+  }
+  Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
+                                                       uint64_t offset) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
+    return s->OpenInputStream(url, offset);
+  }
+  Result<FileInfo> Stat(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
+    return s->Stat(url);
+  }
+  Result<std::vector<FileInfo>> List(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
+    return s->List(url);
+  }
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
+    return s->NewWritableFile(url);
+  }
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (UrlScheme(from) != UrlScheme(to))
+      return Status::Config("cannot rename across schemes: " + RedactUrl(from) + " -> " +
+                            RedactUrl(to));
+    auto s = For(from);
+    if (!s.ok()) return s.status();
+    return (*s)->Rename(from, to);
+  }
+  Status Remove(const std::string& url) override { return Call(url, &Source::Remove); }
+  Status CreateDir(const std::string& url) override { return Call(url, &Source::CreateDir); }
+  Status RemoveDir(const std::string& url) override { return Call(url, &Source::RemoveDir); }
+  Status SyncDir(const std::string& url) override { return Call(url, &Source::SyncDir); }
+
+ private:
+  Result<std::shared_ptr<Source>> For(const std::string& url) {
+    std::string scheme = UrlScheme(url);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_scheme_.find(scheme);
+    if (it == by_scheme_.end()) {
+      return Status(StatusCode::kConfig,
+                    "no source for scheme '" + scheme + "' in " + RedactUrl(url),
+                    RedactUrl(url));
+    }
+    return it->second;
+  }
+  Status Call(const std::string& url, Status (Source::*fn)(const std::string&)) {
+    auto s = For(url);
+    if (!s.ok()) return s.status();
+    return ((**s).*fn)(url);
+  }
+
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Source>> by_scheme_;
+};
+
+Router& GlobalRouter() {
+  // Leaked on purpose: sources may be used from threads during static
+  // destruction at interpreter exit.
+  static Router* router = [] {
+    auto* r = new Router();
+    r->Register("file", LocalSource());
+    r->Register("mem", NewMemorySource());
+    return r;
+  }();
+  return *router;
+}
+
+}  // namespace
+
+std::shared_ptr<Source> DefaultSource() {
+  static std::shared_ptr<Source> shared(&GlobalRouter(), [](Source*) {});
+  return shared;
+}
+
+void RegisterSource(const std::string& scheme, std::shared_ptr<Source> source) {
+  GlobalRouter().Register(scheme, std::move(source));
+}
+
+Result<std::string> ReadFileToString(Source& source, const std::string& url) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto in, source.OpenInputStream(url, 0));
+  std::string out;
+  if (auto size = in->size()) out.reserve(*size);
+  char buf[1 << 16];
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, in->Read(sizeof(buf), buf));
+    if (got == 0) break;
+    out.append(buf, got);
+  }
+  return out;
+}
+
+Status WriteFileAtomic(Source& source, const std::string& url, std::string_view data) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::ostringstream tmp;
+  tmp << url << ".tmp." << std::hex << rng();
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto file, source.NewWritableFile(tmp.str()));
+  Status s = file->Append(data);
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = file->Close();
+  if (s.ok()) s = source.Rename(tmp.str(), url);
+  if (!s.ok()) {
+    (void)file->Abort();
+    (void)source.Remove(tmp.str());
+    return s;
+  }
+  return source.SyncDir(UrlDirname(url));
+}
+
+}  // namespace shardstream

@@ -1,0 +1,40 @@
+// Entry point of the `shardstream` command-line tool.
+#include <algorithm>
+#include <iostream>
+
+#include "shardstream/version.h"
+#include "tools/command.h"
+
+namespace shardstream::tools {
+
+std::vector<std::pair<std::string, CommandSetup>>& Commands() {
+  static std::vector<std::pair<std::string, CommandSetup>> commands;
+  return commands;
+}
+CommandRegistration::CommandRegistration(const char* name, CommandSetup setup) {
+  Commands().emplace_back(name, std::move(setup));
+}
+namespace {
+int g_exit_code = 0;
+}
+void ExitWith(int code) { g_exit_code = code; }
+int ExitCode() { return g_exit_code; }
+
+}  // namespace shardstream::tools
+
+int main(int argc, char** argv) {
+  using namespace shardstream::tools;
+  CLI::App app{"shardstream: stream tar shards to GPUs; pack, inspect, verify and benchmark them"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(shardstream::Version()));
+  auto& cmds = Commands();
+  std::sort(cmds.begin(), cmds.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [name, setup] : cmds) setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return ExitCode();
+}

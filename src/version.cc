@@ -1,0 +1,5 @@
+#include "shardstream/version.h"
+
+namespace shardstream {
+std::string_view Version() { return SHARDSTREAM_VERSION; }
+}  // namespace shardstream
