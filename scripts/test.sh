@@ -22,6 +22,11 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 300
 
+echo "== Python package (pip install .) and tests"
+.venv/bin/python -m pip install -q --no-build-isolation "$root"
+# Run from a neutral directory so the installed package, not the source tree, is tested.
+(cd "$root/tests/python" && "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/python")
+
 if ((sanitize)); then
   echo "== C++ tests under ASan+UBSan"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \

@@ -1,0 +1,24 @@
+// shardstream._core: thin bindings over the C++ library. One binding file per
+// concept; each registers itself from here.
+#include <pybind11/pybind11.h>
+
+#include "shardstream/status.h"
+#include "shardstream/version.h"
+#include "status_to_exception.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Native core of shardstream (C++). Use the shardstream package instead.";
+  m.attr("__version__") = std::string(shardstream::Version());
+  // Raises the exception a Status of this kind maps to (for tests of the mapping).
+  m.def("_raise_status", [](const std::string& kind, const std::string& message,
+                            const std::string& url, int64_t offset) {
+    for (int c = 1; c <= static_cast<int>(shardstream::StatusCode::kCancelled); ++c) {
+      auto code = static_cast<shardstream::StatusCode>(c);
+      if (shardstream::StatusCodeName(code) == kind)
+        shardstream::python::ThrowStatus(shardstream::Status(code, message, url, offset));
+    }
+    throw py::value_error("unknown kind " + kind);
+  });
+}
