@@ -1,0 +1,106 @@
+// Host memory for batches: a bounded pool of equally sized slots, allocated
+// once as page-locked (pinned) memory when a CUDA runtime and device are
+// present, else as aligned pageable memory. A slot is lent as a
+// shared_ptr<HostBuffer>; it returns to the pool when the last holder (C++
+// or a Python tensor) drops it, so steady state allocates nothing.
+//
+// CUDA is loaded at run time (dlopen of libcudart), so the library needs CUDA
+// neither to build nor to run.
+//
+// Thread-safety: all BufferPool methods are thread-safe. A lent HostBuffer
+// may outlive its pool.
+#ifndef SHARDSTREAM_PINNED_POOL_H_
+#define SHARDSTREAM_PINNED_POOL_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shardstream/export.h"
+#include "shardstream/result.h"
+
+namespace shardstream {
+
+enum class HostMemoryKind { kPageable, kCudaPinned };
+
+SHARDSTREAM_EXPORT const char* HostMemoryKindName(HostMemoryKind kind);
+
+// Allocates and frees host memory of one kind.
+class SHARDSTREAM_EXPORT HostAllocator {
+ public:
+  virtual ~HostAllocator();
+  virtual HostMemoryKind kind() const = 0;
+  // On failure returns kIo (out of memory / pinned allocation failed).
+  virtual Result<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* p, size_t bytes) = 0;
+};
+
+// Pageable memory aligned to 4 KiB (so DMA-friendly and SIMD-safe).
+SHARDSTREAM_EXPORT std::shared_ptr<HostAllocator> PageableAllocator();
+// cudaHostAlloc/cudaFreeHost through a dynamically loaded libcudart, or null
+// when no CUDA runtime or no device is present. Setting the environment
+// variable SHARDSTREAM_PINNED=0 disables it.
+SHARDSTREAM_EXPORT std::shared_ptr<HostAllocator> CudaPinnedAllocator();
+// CudaPinnedAllocator() when available, else PageableAllocator().
+SHARDSTREAM_EXPORT std::shared_ptr<HostAllocator> DefaultHostAllocator();
+
+// One slot of pool memory.
+class SHARDSTREAM_EXPORT HostBuffer {
+ public:
+  HostBuffer(void* data, size_t capacity, HostMemoryKind kind)
+      : data_(data), capacity_(capacity), kind_(kind) {}
+  void* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+  HostMemoryKind kind() const { return kind_; }
+
+ private:
+  void* data_;
+  size_t capacity_;
+  HostMemoryKind kind_;
+};
+
+struct BufferPoolOptions {
+  // Bytes per slot. Default: 64 MiB.
+  size_t slot_bytes = size_t{64} << 20;
+  // Number of slots; the pool's memory is slot_bytes * slots. Default: 4.
+  size_t slots = 4;
+  // Allocator; null means DefaultHostAllocator(). Default: null.
+  std::shared_ptr<HostAllocator> allocator;
+};
+
+struct BufferPoolStats {
+  uint64_t allocations = 0;  // slots allocated from the allocator (ever)
+  uint64_t acquires = 0;     // buffers lent out (ever)
+  uint64_t in_use = 0;       // buffers lent out now
+  uint64_t waits = 0;        // Acquire calls that had to wait for a return
+};
+
+class SHARDSTREAM_EXPORT BufferPool {
+ public:
+  // Slots are allocated lazily, the first time each is needed.
+  static Result<std::shared_ptr<BufferPool>> Create(BufferPoolOptions options);
+  ~BufferPool();
+
+  // Lends a free slot, waiting up to `timeout` for one to be returned.
+  // On failure returns kCancelled after Cancel(), kUnavailable on timeout,
+  // kIo if allocation fails.
+  Result<std::shared_ptr<HostBuffer>> Acquire(
+      std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
+  // Wakes every waiter in Acquire with kCancelled; later Acquire calls fail.
+  void Cancel();
+
+  HostMemoryKind kind() const;
+  size_t slot_bytes() const;
+  BufferPoolStats stats() const;
+
+ private:
+  struct State;
+  explicit BufferPool(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_PINNED_POOL_H_
