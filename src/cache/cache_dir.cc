@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <string_view>
 
 namespace shardstream::internal {
 namespace {
@@ -37,7 +38,9 @@ bool ParseTempName(const std::string& name, DirItem* item) {
   }
   if (parts.size() != 5 || parts[4] != "tmp") return false;
   item->key = parts[0];
-  if (parts[1] != "u") {
+  if (parts[1] == "meta") {
+    item->reserved = 0;
+  } else if (parts[1] != "u") {
     char* end = nullptr;
     item->reserved = std::strtoull(parts[1].c_str(), &end, 10);
     if (end == nullptr || *end != '\0') return false;
@@ -63,6 +66,24 @@ std::string NewTempPath(const std::string& dir, const std::string& key, int64_t 
   std::snprintf(rand_hex, sizeof(rand_hex), "%016llx", static_cast<unsigned long long>(rng()));
   return dir + "/" + key + "." + (size >= 0 ? std::to_string(size) : std::string("u")) + "." +
          std::to_string(::getpid()) + "." + rand_hex + ".tmp";
+}
+
+Status WriteSmallFileAtomic(Source& fs, const std::string& dir, const std::string& stem,
+                            const std::string& path, std::string_view text, bool sync) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char rand_hex[17];
+  std::snprintf(rand_hex, sizeof(rand_hex), "%016llx", static_cast<unsigned long long>(rng()));
+  std::string temp = dir + "/" + stem + ".meta." + std::to_string(::getpid()) + "." + rand_hex + ".tmp";
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(temp));
+  Status s = file->Append(text);
+  if (s.ok() && sync) s = file->Sync();
+  if (s.ok()) s = file->Close();
+  if (s.ok()) s = fs.Rename(temp, path);
+  if (!s.ok()) {
+    (void)file->Abort();
+    (void)fs.Remove(temp);
+  }
+  return s;
 }
 
 void FileLock::Release() {

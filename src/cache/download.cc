@@ -195,9 +195,16 @@ Status ShardCache::Impl::Publish(Download& d, WritableFile& file, const std::str
                          {"size", size},
                          {"checksum", d.ref.checksum.empty() ? checksum : d.ref.checksum}};
   // The metadata goes first: an entry is never visible without it.
-  SHARDSTREAM_RETURN_IF_ERROR(
-      WriteFileAtomic(*opts.fs, internal::MetaPath(opts.dir, d.key), meta.dump() + "\n"));
-  SHARDSTREAM_RETURN_IF_ERROR(opts.fs->Rename(temp, internal::EntryPath(opts.dir, d.key)));
+  SHARDSTREAM_RETURN_IF_ERROR(internal::WriteSmallFileAtomic(
+      *opts.fs, opts.dir, d.key, internal::MetaPath(opts.dir, d.key), meta.dump() + "\n",
+      opts.sync_entries));
+  {
+    // Under the directory lock: a scan that raced with the rename could see
+    // the file under neither name and over-commit the space.
+    SHARDSTREAM_ASSIGN_OR_RETURN(
+        FileLock dir_lock, internal::LockFile(opts.dir + "/" + internal::kDirLock, true, true));
+    SHARDSTREAM_RETURN_IF_ERROR(opts.fs->Rename(temp, internal::EntryPath(opts.dir, d.key)));
+  }
   if (opts.sync_entries) SHARDSTREAM_RETURN_IF_ERROR(opts.fs->SyncDir(opts.dir));
   return Status::OK();
 }
