@@ -160,12 +160,13 @@ class SHARDSTREAM_EXPORT ShardCache {
   // the entry cannot be cached, this reads the source directly.
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const ShardRef& shard);
 
-  // Tells the cache which shards come next, in order. The first
-  // prefetch_lookahead of them that are neither cached nor downloading are
-  // downloaded by the pool; shards from an earlier call that have not started
-  // are dropped. Never evicts an entry in use; skips a shard that does not fit.
-  // Errors are not reported here (a later Open sees them). No-op unless
-  // kReadWrite.
+  // Tells the cache which shards come next, in order. Of the first
+  // prefetch_lookahead of them, those neither cached nor downloading are
+  // downloaded by the pool (at most download_threads - 1 at once, so that a
+  // reader's miss always finds a thread); shards from an earlier call that
+  // have not started are dropped. Never evicts an entry in use; skips a shard
+  // that does not fit. Errors are not reported here (a later Open sees them).
+  // No-op unless kReadWrite. Call it whenever the reader moves on.
   void Prefetch(const std::vector<ShardRef>& upcoming);
 
   // Blocks until no prefetch download is queued or running (tests, tools).

@@ -27,7 +27,11 @@ constexpr auto kNoSpaceBackoff = std::chrono::seconds(30);
 }  // namespace
 
 void ShardCache::Impl::EnqueueDownload(std::shared_ptr<Download> d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping()) {  // raced with Stop(): no new thread may start now
+    lock.unlock();
+    return FinishDownload(*d, Status::Cancelled("shard cache is shutting down"), false);
+  }
   reader_queue_.push_back(std::move(d));
   // A reader is waiting for this one: never queue it behind busy threads.
   if (idle_threads_ == 0 && static_cast<int>(threads_.size()) < 2 * opts.download_threads)
