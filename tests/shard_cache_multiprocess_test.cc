@@ -184,6 +184,27 @@ TEST_F(ShardCacheMultiProcessTest, EightProcessesNeverExceedATightLimit) {
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
 }
 
+TEST_F(ShardCacheMultiProcessTest, WithoutFlockDuplicatesButNeverCorrupts) {
+  auto refs = MakeShards(6, 1 << 20);
+  const uint64_t limit = 4 << 20;
+  knobs_->delay_us = 300;
+  knobs_->max_read = 64 << 10;
+  ::setenv("SHARDSTREAM_CACHE_NO_FLOCK", "1", 1);
+  std::vector<pid_t> pids;
+  for (int p = 0; p < 6; ++p) pids.push_back(Spawn([&, p] { return ReadAllShards(p, refs, limit); }));
+  ::unsetenv("SHARDSTREAM_CACHE_NO_FLOCK");
+  WriteFile(tmp_.Join("go"), "");
+  for (pid_t pid : pids) EXPECT_EQ(WaitExit(pid), 0);
+  CheckResults(6, refs);
+  EXPECT_GE(TotalFetches(), 6);
+  // Whatever was published is complete and verified.
+  for (const auto& r : refs) {
+    std::string path = cache_dir() + "/" + CacheKey(r.url) + ".shard";
+    if (::access(path.c_str(), F_OK) == 0) EXPECT_EQ(ChecksumOf(ReadFile(path)), r.checksum);
+  }
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+}
+
 TEST_F(ShardCacheMultiProcessTest, KilledDownloaderIsRecoveredAndCleanedUp) {
   auto refs = MakeShards(1, 2 << 20);
   pid_t child = Spawn([&] {

@@ -9,37 +9,13 @@
 #include <unistd.h>
 
 #include "shardstream/shard_cache.h"
+#include "tools/cache_flags.h"
 #include "tools/command.h"
 
 namespace shardstream::tools {
 namespace {
 
 using json = nlohmann::json;
-
-// "123", "10K", "1.5G", "2GiB", "500MB" (powers of 1024).
-bool ParseSize(const std::string& text, uint64_t* out) {
-  size_t end = 0;
-  double value;
-  try {
-    value = std::stod(text, &end);
-  } catch (...) {
-    return false;
-  }
-  std::string unit = text.substr(end);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
-  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
-  static const std::string kUnits = "KMGTP";
-  double scale = 1;
-  if (!unit.empty() && unit != "B") {
-    size_t i = kUnits.find(unit);
-    if (unit.size() != 1 || i == std::string::npos) return false;
-    scale = std::pow(1024.0, static_cast<double>(i + 1));
-  }
-  if (value < 0) return false;
-  *out = static_cast<uint64_t>(value * scale);
-  return true;
-}
 
 std::string HumanBytes(uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -149,7 +125,7 @@ int Evict(const std::string& dir, const std::string& to, const std::vector<std::
   int rc = 0;
   if (!to.empty()) {
     uint64_t target;
-    if (!ParseSize(to, &target)) {
+    if (!ParseByteSize(to, &target)) {
       std::cerr << "shardstream cache evict: bad size '" << to << "' (e.g. 500M, 20G)\n";
       return 2;
     }
