@@ -409,6 +409,38 @@ TEST_F(ShardCacheTest, StalledDownloadTimesOut) {
   WriteFile(knobs_->gate_file, "");  // let the download thread finish
 }
 
+TEST_F(ShardCacheTest, CancelWakesABlockedReader) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->gate_after = 100000;
+  auto cache = NewCache(Options(10 << 20));
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (*shard)->Cancel();
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto data = ReadAll(**shard);
+  canceller.join();
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kCancelled) << data.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  WriteFile(knobs_->gate_file, "");
+}
+
+TEST_F(ShardCacheTest, ReaderOutlivingTheCacheGetsCancelled) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->delay_us = 20000;
+  knobs_->max_read = 64 << 10;
+  auto cache = NewCache(Options(10 << 20));
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  cache.reset();
+  auto data = ReadAll(**shard);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kCancelled) << data.status();
+}
+
 TEST_F(ShardCacheTest, InvalidOptionsAreConfigErrors) {
   ShardCacheOptions o;
   o.limit_bytes = 1;
