@@ -10,9 +10,7 @@
 // Usage: shard_cache_benchmark [--dir DIR] [--shards N] [--shard-mb MB] [--runs R]
 // Prints one line per measurement (median over runs) and a JSON summary.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,12 +120,21 @@ ShardCacheOptions CacheOptions(const std::string& dir, bool sync) {
 
 // In a fresh process (--rss-child): stream one shard through an empty cache
 // (miss, stream-through while filling), then again (hit).
+// Prints the process's peak RSS (VmHWM, KiB: this process image only, unlike
+// ru_maxrss, which keeps the parent's figure across fork and exec).
 int RssChild(const std::string& dir, const ShardRef& ref) {
-  auto cache = ShardCache::Create(CacheOptions(dir, false)).value();
-  std::vector<char> buf(kBuf);
-  ReadThrough(*cache, ref, buf);
-  cache->WaitIdle();
-  ReadThrough(*cache, ref, buf);
+  {
+    auto cache = ShardCache::Create(CacheOptions(dir, false)).value();
+    std::vector<char> buf(kBuf);
+    ReadThrough(*cache, ref, buf);
+    cache->WaitIdle();
+    ReadThrough(*cache, ref, buf);
+  }
+  FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  while (f && std::fgets(line, sizeof(line), f))
+    if (std::strncmp(line, "VmHWM:", 6) == 0) std::printf("%ld\n", std::atol(line + 6));
+  if (f) std::fclose(f);
   return 0;
 }
 
@@ -136,20 +143,18 @@ long PeakRssOfOneShard(const std::string& work, uint64_t size) {
   std::string src = work + "/rss-src.bin", dir = work + "/rss-cache";
   ShardRef ref = MakeShard(src, size, 7);
   std::filesystem::remove_all(dir);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    std::string sz = std::to_string(ref.size);
-    ::execl("/proc/self/exe", "shard_cache_benchmark", "--rss-child", dir.c_str(), src.c_str(),
-            sz.c_str(), ref.checksum.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status;
-  struct rusage ru;
-  if (::wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    Die("rss child failed");
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) Die("readlink /proc/self/exe");
+  exe[n] = '\0';
+  std::string cmd = std::string(exe) + " --rss-child '" + dir + "' '" + src + "' " +
+                    std::to_string(ref.size) + " " + ref.checksum;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  long kib = -1;
+  if (p == nullptr || std::fscanf(p, "%ld", &kib) != 1 || ::pclose(p) != 0) Die("rss child failed");
   std::filesystem::remove_all(dir);
   std::filesystem::remove(src);
-  return ru.ru_maxrss;
+  return kib;
 }
 
 }  // namespace
