@@ -353,6 +353,32 @@ TEST_F(ShardCacheTest, DiskStillFullStreamsWithoutCaching) {
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
 }
 
+// A cache disk whose writes fail with EIO.
+class BrokenDiskFs final : public SourceWrapper {
+ public:
+  BrokenDiskFs() : SourceWrapper(LocalSource()) {}
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override {
+    if (url.find(".tmp") != std::string::npos && url.find(".meta.") == std::string::npos)
+      return Status::FromErrno(EIO, "create " + url);
+    return SourceWrapper::NewWritableFile(url);
+  }
+};
+
+TEST_F(ShardCacheTest, FailingCacheDiskStreamsWithoutCaching) {
+  auto refs = MakeShards(2, 300000);
+  auto options = Options(10 << 20);
+  options.fs = std::make_shared<BrokenDiskFs>();
+  auto cache = NewCache(options);
+  for (int i = 0; i < 2; ++i) {
+    auto data = ReadThroughCache(*cache, refs[i]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[i]);
+    cache->WaitIdle();
+  }
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_EQ(cache->stats().uncached, 1u);  // the second one does not try the disk again
+}
+
 TEST_F(ShardCacheTest, StaleEntryIsReplacedWhenTheManifestChanges) {
   auto refs = MakeShards(1, 100000);
   auto cache = NewCache(Options(10 << 20));
