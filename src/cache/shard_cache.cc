@@ -334,7 +334,8 @@ Result<std::vector<CacheEntryInfo>> ListCacheEntries(const std::string& dir) {
     if (info.temporary) {
       info.in_use = !internal::TempAbandoned(item);
     } else {
-      auto lock = internal::LockFile(internal::LockPath(dir, item.key), true, false);
+      auto lock = internal::LockFile(internal::LockPath(dir, item.key), true, false,
+                                     /*create=*/false);  // listing never writes
       info.in_use = lock.ok() && !lock->held();
     }
     out.push_back(std::move(info));
