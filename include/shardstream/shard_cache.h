@@ -156,8 +156,8 @@ class SHARDSTREAM_EXPORT ShardCache {
   Result<std::unique_ptr<CachedShard>> Open(const ShardRef& shard);
 
   // A pinned random-access view of a complete entry: waits for the download
-  // to finish (and verify) first. Streams from nowhere: in kOff mode, or when
-  // the entry cannot be cached, this reads the source directly.
+  // to finish and be verified first. In kOff mode, or when the shard cannot
+  // be cached, returns the source's own RandomAccessFile (not verified).
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const ShardRef& shard);
 
   // Tells the cache which shards come next, in order. Of the first
