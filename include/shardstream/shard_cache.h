@@ -22,6 +22,7 @@
 // No thread is started before the first download; destruction cancels the
 // downloads in flight and joins the pool. CachedShards may outlive the cache
 // (their reads then fail with kCancelled if they still wait for bytes).
+// Do not carry a ShardCache across fork(): create one in each process.
 #ifndef SHARDSTREAM_SHARD_CACHE_H_
 #define SHARDSTREAM_SHARD_CACHE_H_
 
