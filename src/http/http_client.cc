@@ -57,10 +57,14 @@ std::optional<ContentRange> ParseContentRange(std::string_view v) {
 
 }  // namespace
 
-void HttpRequest::SetHeader(std::string_view name, std::string value) {
+void HttpRequest::RemoveHeader(std::string_view name) {
   headers.erase(std::remove_if(headers.begin(), headers.end(),
                                [&](const auto& h) { return IEquals(h.first, name); }),
                 headers.end());
+}
+
+void HttpRequest::SetHeader(std::string_view name, std::string value) {
+  RemoveHeader(name);
   headers.emplace_back(std::string(name), std::move(value));
 }
 

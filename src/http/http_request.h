@@ -10,13 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "shardstream/export.h"
 #include "shardstream/status.h"
 
 namespace shardstream::internal {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
-struct HttpRequest {
+struct SHARDSTREAM_EXPORT HttpRequest {
   std::string method = "GET";  // GET, HEAD, PUT, POST, DELETE
   std::string url;
   HeaderList headers;
@@ -30,9 +31,10 @@ struct HttpRequest {
   uint64_t BodySize() const { return body_file.empty() ? body.size() : body_size; }
   // Replaces (case-insensitively) or adds a header.
   void SetHeader(std::string_view name, std::string value);
+  void RemoveHeader(std::string_view name);
 };
 
-struct HttpResponse {
+struct SHARDSTREAM_EXPORT HttpResponse {
   long status = 0;
   HeaderList headers;  // names lower-cased, in arrival order
   std::string body;
@@ -46,7 +48,7 @@ using RequestSigner = std::function<Status(HttpRequest&)>;
 // The Status for a final HTTP status >= 400 of `method url` (redacted inside):
 // 401/403 -> kAuth, 404 -> kNotFound, 408/429/5xx -> kUnavailable,
 // other -> kIo. `detail` (e.g. an S3 error code) is appended when non-empty.
-Status HttpStatusError(long status, std::string_view method, std::string_view url,
+SHARDSTREAM_EXPORT Status HttpStatusError(long status, std::string_view method, std::string_view url,
                        std::string_view detail = {}, int64_t offset = -1);
 // True for statuses worth retrying: 408, 429, 5xx.
 bool RetryableHttpStatus(long status);

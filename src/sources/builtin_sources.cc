@@ -9,6 +9,8 @@ void RegisterBuiltinSources(const RegisterFn& reg) {
   std::shared_ptr<Source> http = NewHttpSource();
   reg("http", http);
   reg("https", http);
+  reg("s3", NewEnvironmentS3Source());
+  reg("pipe", NewPipeSource());
 }
 
 }  // namespace shardstream::internal

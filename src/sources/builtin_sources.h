@@ -15,6 +15,11 @@ namespace shardstream::internal {
 using RegisterFn = std::function<void(const std::string& scheme, std::shared_ptr<Source>)>;
 void RegisterBuiltinSources(const RegisterFn& reg);
 
+// The "s3" source of DefaultSource(): configured from the environment.
+std::shared_ptr<Source> NewEnvironmentS3Source();
+// The "pipe" source: "pipe:COMMAND" streams the command's stdout.
+std::shared_ptr<Source> NewPipeSource();
+
 }  // namespace shardstream::internal
 
 #endif  // SHARDSTREAM_SOURCES_BUILTIN_SOURCES_H_

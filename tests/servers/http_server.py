@@ -12,7 +12,7 @@ used once per request until its count runs out (count -1 = forever):
   {"kind": "drop", "random": true}      ... after a random number of bytes
   {"kind": "truncate", "after": N}      close cleanly after N body bytes
   {"kind": "stall", "after": N, "seconds": S}  pause S seconds after N bytes
-  {"kind": "status", "code": 503, "retry_after": 1}
+  {"kind": "status", "code": 503, "retry_after": 1, "body": "..."}
   {"kind": "wrong_length", "delta": D}  declare Content-Length + D, then close
   {"kind": "ignore_range"}              answer a Range request with 200
   {"kind": "change_etag"}               the object gets a new ETag from now on
@@ -99,6 +99,9 @@ class Handler(BaseHTTPRequestHandler):
             "fault": fault["kind"] if fault else None})
 
     def _simple(self, code, body=b"", headers=None, fault=None):
+        # Logged before answering, so a client that has its answer always
+        # finds the request in the log.
+        self._record(code, len(body), fault)
         self.send_response(code)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -106,7 +109,6 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-        self._record(code, len(body), fault)
 
     def _reset(self):
         self.wfile.flush()
@@ -155,7 +157,8 @@ class Handler(BaseHTTPRequestHandler):
         if left:
             os.unlink(tmp)
             self.close_connection = True
-            return self._record(400, 0, fault)
+            self._record(400, 0, fault)
+            return
         os.replace(tmp, full)
         self._simple(201, b"")
 
@@ -177,7 +180,8 @@ class Handler(BaseHTTPRequestHandler):
         fault = self.state.take_fault(self.command, parts.path)
         if fault and fault["kind"] == "status":
             hdr = {"Retry-After": str(fault["retry_after"])} if "retry_after" in fault else {}
-            return self._simple(fault["code"], b"injected error", hdr, fault)
+            body = fault.get("body", "injected error").encode()
+            return self._simple(fault["code"], body, hdr, fault)
         full = self._file()
         if full is None or not os.path.isfile(full):
             return self._simple(404, b"not found", fault=fault)
@@ -211,9 +215,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(declared))
         if status == 206:
             self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size))
-        self.end_headers()
         if self.command == "HEAD":
-            return self._record(status, 0, fault)
+            self._record(status, 0, fault)
+            return self.end_headers()
         limit = length
         kind = fault["kind"] if fault else None
         if kind in ("drop", "truncate", "stall"):
@@ -234,6 +238,8 @@ class Handler(BaseHTTPRequestHandler):
                 limit = min(length, fault.get("after", 0))
         if kind == "wrong_length" and declared < length:
             limit = declared
+        self._record(status, length if kind == "stall" else limit, fault)
+        self.end_headers()
         sent = 0
         try:
             with open(full, "rb") as f:
@@ -255,7 +261,6 @@ class Handler(BaseHTTPRequestHandler):
                         sent += len(chunk)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        self._record(status, sent, fault)
         if kind == "drop":
             self._reset()
         elif kind in ("truncate", "wrong_length"):

@@ -14,7 +14,8 @@ import boto3
 
 def reset_auth(endpoint, count):
     req = urllib.request.Request(endpoint + "/moto-api/reset-auth",
-                                 data=str(count).encode(), method="POST")
+                                 data=str(count).encode(), method="POST",
+                                 headers={"Content-Type": "text/plain"})
     urllib.request.urlopen(req).read()
 
 
