@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A loopback HTTP/1.1 file server for tests, with fault injection.
 
-Serves --root (GET/HEAD with single-range Range support, ETag, If-Match),
+Serves --root over http (or https with --certfile/--keyfile) (GET/HEAD with single-range Range support, ETag, If-Match),
 stores PUT bodies under --root, deletes on DELETE. Prints "port N" on stdout
 once listening. Every request is appended to --log as one JSON line:
 {"method", "path", "range", "if_match", "status", "sent", "fault"}.
@@ -282,6 +282,8 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--log", default="")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--certfile", default="", help="serve https with this PEM cert")
+    ap.add_argument("--keyfile", default="")
     ap.add_argument("--fault", action="append", default=[],
                     help="a JSON fault rule; may be repeated")
     args = ap.parse_args()
@@ -299,6 +301,11 @@ def main():
     threading.Thread(target=watch_parent, daemon=True).start()
     server = Server(("127.0.0.1", args.port), Handler)
     server.state = state
+    if args.certfile:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.certfile, args.keyfile)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     print("port %d" % server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.1)
