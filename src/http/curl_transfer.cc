@@ -93,9 +93,12 @@ size_t CurlTransfer::OnHeader(char* data, size_t size, size_t nmemb, void* p) {
     return n;
   }
   if (line.empty()) {
+    // The end of a final response's headers: not 1xx, and not a redirect
+    // that curl is about to follow.
     long code = self->response_.status;
-    if (code >= 200 && !(code >= 300 && code < 400 && code != 304)) self->headers_done_ = true;
-    if (code == 304) self->headers_done_ = true;
+    bool redirect = code >= 300 && code < 400 && code != 304 &&
+                    self->options_.max_redirects > 0 && !self->response_.Header("location").empty();
+    if (code >= 200 && !redirect) self->headers_done_ = true;
     return n;
   }
   size_t colon = line.find(':');

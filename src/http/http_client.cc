@@ -359,8 +359,12 @@ class HttpStream final : public InputStream {
                         url_, static_cast<int64_t>(pos_));
         }
         if (!etag_.empty() && !etag.empty() && etag != etag_) {
-          transfer_.reset();
-          return Changed("ETag " + etag_ + " -> " + etag);
+          if (pos_ != start_) {
+            transfer_.reset();
+            return Changed("ETag " + etag_ + " -> " + etag);
+          }
+          etag_ = etag;  // nothing handed out yet: just follow the new version
+          total_.reset();
         }
         SHARDSTREAM_RETURN_IF_ERROR(AcceptTotal(cr->total));
         if (etag_.empty()) etag_ = etag;
