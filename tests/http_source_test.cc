@@ -261,13 +261,19 @@ TEST_F(HttpSourceTest, ChangedObjectFailsCleanlyAfterPartialRead) {
 }
 
 TEST_F(HttpSourceTest, ChangedObjectBeforeFirstByteRestartsCleanly) {
-  HttpStreamOptions so;
-  auto src = Source();
-  auto info = src->Stat(server_.Url("/shard.tar"));
+  // The first attempt breaks before any byte reaches the reader; by the
+  // retry the object has a new ETag. Nothing was handed out, so the stream
+  // follows the new version instead of failing.
+  server_.AddFault({{"kind", "drop"}, {"after", 0}});
   server_.AddFault({{"kind", "change_etag"}});
-  auto in = src->OpenStream(server_.Url("/shard.tar"), so);
+  auto in = Source()->OpenStream(server_.Url("/shard.tar"), HttpStreamOptions{});
   ASSERT_TRUE(in.ok()) << in.status();
   ExpectData(ReadOrError(**in), data_);
+  auto gets = Gets();
+  ASSERT_EQ(gets.size(), 3u);
+  EXPECT_EQ(gets[1]["status"], 412);
+  EXPECT_EQ(gets[2]["status"], 200);
+  EXPECT_TRUE(gets[2]["if_match"].is_null());
 }
 
 TEST_F(HttpSourceTest, LongerContentLengthThanExpectedIsAnError) {
@@ -340,6 +346,29 @@ TEST_F(HttpSourceTest, DestroyingAStalledStreamIsPrompt) {
   double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(elapsed, 0.2);
+}
+
+TEST_F(HttpSourceTest, CancelFromAnotherThreadStopsABlockedRead) {
+  server_.AddFault({{"kind", "stall"}, {"after", 1000}, {"seconds", 10}});
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  HttpStreamOptions so;
+  so.cancel = cancel;
+  auto in = Source()->OpenStream(server_.Url("/shard.tar"), so);
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::string buf(100000, '\0');
+  ASSERT_TRUE((*in)->Read(1000, buf.data()).ok());
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel->store(true);
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto r = (*in)->Read(buf.size(), buf.data());
+  double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stopper.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status();
+  EXPECT_LT(elapsed, 1.0);
 }
 
 TEST_F(HttpSourceTest, PutUploadsSmallAndSpooledBodies) {

@@ -17,6 +17,7 @@
 #ifndef SHARDSTREAM_HTTP_SOURCE_H_
 #define SHARDSTREAM_HTTP_SOURCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -80,6 +81,10 @@ struct HttpStreamOptions {
   // that ends early or runs longer is an error naming the offset.
   // Default: unknown.
   std::optional<uint64_t> expected_size;
+  // Set to true (from any thread) to stop the stream: a Read blocked on the
+  // network or in a retry backoff returns kCancelled within about 100 ms.
+  // For download pools that must stop promptly. Default: none.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 class SHARDSTREAM_EXPORT HttpSource : public Source {

@@ -83,9 +83,11 @@ class SHARDSTREAM_EXPORT S3Client {
   std::string HttpUrl(std::string_view bucket, std::string_view key) const;
 
   Result<FileInfo> Head(const std::string& url);
-  // A resumable stream of the object from `offset`, pinned to its ETag.
+  // A resumable stream of the object from `offset`, pinned to its ETag;
+  // expected_size and cancel as in HttpStreamOptions.
   Result<std::unique_ptr<InputStream>> Get(const std::string& url, uint64_t offset = 0,
-                                           std::optional<uint64_t> expected_size = {});
+                                           std::optional<uint64_t> expected_size = {},
+                                           std::shared_ptr<const std::atomic<bool>> cancel = {});
   // Up to n bytes from offset (fewer at the end of the object).
   Result<std::string> GetRange(const std::string& url, uint64_t offset, size_t n);
   // Objects under a prefix url ("s3://bucket/dir/"); with recursive=false,

@@ -209,6 +209,8 @@ Status CurlTransfer::Drive(Pred ready) {
     }
     if (ready() || done_) break;
     if (paused_) break;  // the reader must drain first
+    if (cancel_ && cancel_->load())
+      return Status(StatusCode::kCancelled, method_ + " " + url_ + ": cancelled", url_);
     auto silent = std::chrono::steady_clock::now() - last_data_;
     if (options_.low_speed_time_s > 0 &&
         silent > std::chrono::seconds(options_.low_speed_time_s)) {

@@ -9,6 +9,7 @@
 #ifndef SHARDSTREAM_HTTP_CURL_TRANSFER_H_
 #define SHARDSTREAM_HTTP_CURL_TRANSFER_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -66,6 +67,8 @@ class CurlTransfer {
   // Reads up to n body bytes; 0 means the body ended cleanly. An
   // interruption (reset, truncated body, stall) returns kUnavailable.
   Result<size_t> Read(char* out, size_t n);
+  // Stop with kCancelled when *cancel turns true (checked every 100 ms).
+  void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
   // Body bytes received so far (handed out or buffered).
   uint64_t received() const { return received_; }
 
@@ -79,6 +82,7 @@ class CurlTransfer {
   Status DoneStatus() const;
 
   const HttpOptions& options_;
+  const std::atomic<bool>* cancel_ = nullptr;
   CurlConnectionPool* pool_;
   size_t buffer_limit_;
   CurlEasyPtr easy_;

@@ -114,7 +114,8 @@ std::vector<std::string> HttpClient::WithMirrors(const std::string& url) const {
   return out;
 }
 
-void BackoffSleep(const HttpOptions& options_, int attempt, const HttpResponse* response) {
+bool BackoffSleep(const HttpOptions& options_, int attempt, const HttpResponse* response,
+                  const std::atomic<bool>* cancel) {
   double seconds = -1;
   if (response) {
     if (auto ra = ParseUint(response->Header("retry-after")))
@@ -126,7 +127,17 @@ void BackoffSleep(const HttpOptions& options_, int attempt, const HttpResponse* 
     thread_local std::mt19937_64 rng{std::random_device{}()};
     seconds = std::uniform_real_distribution<double>(0, std::max(cap, 0.0))(rng);
   }
-  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  using std::chrono::steady_clock;
+  auto until = steady_clock::now() +
+               std::chrono::duration_cast<steady_clock::duration>(
+                   std::chrono::duration<double>(std::max(seconds, 0.0)));
+  while (steady_clock::now() < until) {
+    if (cancel && cancel->load()) return false;
+    steady_clock::duration left = until - steady_clock::now();
+    std::this_thread::sleep_for(
+        std::min<steady_clock::duration>(left, std::chrono::milliseconds(50)));
+  }
+  return !(cancel && cancel->load());
 }
 
 Result<HttpResponse> HttpClient::Send(const HttpRequest& original, const RequestSigner& sign,
@@ -209,6 +220,7 @@ class HttpStream final : public InputStream {
 
   Result<size_t> Read(size_t n, void* out) override {
     while (true) {
+      if (req_.cancel && req_.cancel->load()) return Cancelled();
       if (eof_ || n == 0) return size_t{0};
       if (!transfer_) SHARDSTREAM_RETURN_IF_ERROR(Connect());
       if (eof_) return size_t{0};
@@ -278,6 +290,11 @@ class HttpStream final : public InputStream {
     return Status::OK();
   }
 
+  Status Cancelled() const {
+    return Status(StatusCode::kCancelled, "GET " + url_ + ": cancelled", url_,
+                  static_cast<int64_t>(pos_));
+  }
+
   Status Changed(const std::string& why) const {
     return Status(StatusCode::kUnavailable,
                   "GET " + url_ + ": the object changed while it was read (" + why + ") after " +
@@ -325,8 +342,11 @@ class HttpStream final : public InputStream {
                         url_, static_cast<int64_t>(pos_));
         }
       }
-      if (failures_ > 0) BackoffSleep(client_->options, failures_ - 1,
-                                 last_response_ ? &*last_response_ : nullptr);
+      if (failures_ > 0 && !BackoffSleep(client_->options, failures_ - 1,
+                                         last_response_ ? &*last_response_ : nullptr,
+                                         req_.cancel.get())) {
+        return Cancelled();
+      }
       last_response_.reset();
       current_ = HttpRequest();
       current_.url = req_.urls[mirror_];
@@ -336,6 +356,7 @@ class HttpStream final : public InputStream {
       if (req_.sign) SHARDSTREAM_RETURN_IF_ERROR(req_.sign(current_));
       transfer_ = std::make_unique<CurlTransfer>(client_->options, client_->pool.get(),
                                                  client_->options.stream_buffer_bytes);
+      transfer_->set_cancel(req_.cancel.get());
       Status s = transfer_->Start(current_);
       if (!s.ok()) {
         transfer_.reset();

@@ -11,6 +11,7 @@
 #ifndef SHARDSTREAM_HTTP_HTTP_CLIENT_H_
 #define SHARDSTREAM_HTTP_HTTP_CLIENT_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@ struct StreamRequest {
   std::optional<uint64_t> expected_size;
   HeaderList headers;
   RequestSigner sign;  // may be empty
+  std::shared_ptr<const std::atomic<bool>> cancel;  // may be empty
   // Maps a final HTTP error to a Status (S3 parses its XML error body);
   // default HttpStatusError.
   std::function<Status(const HttpResponse&, const std::string& url, int64_t offset)> error;
@@ -70,8 +72,9 @@ class SHARDSTREAM_EXPORT HttpClient {
 };
 
 // Sleeps before retry `attempt` (0-based): the response's Retry-After when it
-// has one, else full jitter.
-void BackoffSleep(const HttpOptions& options, int attempt, const HttpResponse* response);
+// has one, else full jitter. Returns false early when *cancel turns true.
+bool BackoffSleep(const HttpOptions& options, int attempt, const HttpResponse* response,
+                  const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace shardstream::internal
 

@@ -202,13 +202,15 @@ Result<FileInfo> S3Client::Head(const std::string& url) {
   return info;
 }
 
-Result<std::unique_ptr<InputStream>> S3Client::Get(const std::string& url, uint64_t offset,
-                                                   std::optional<uint64_t> expected_size) {
+Result<std::unique_ptr<InputStream>> S3Client::Get(
+    const std::string& url, uint64_t offset, std::optional<uint64_t> expected_size,
+    std::shared_ptr<const std::atomic<bool>> cancel) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto loc, internal::ParseS3Url(url));
   internal::StreamRequest req;
   req.urls = {impl_->HttpUrl(loc.bucket, loc.key)};
   req.offset = offset;
   req.expected_size = expected_size;
+  req.cancel = std::move(cancel);
   req.sign = impl_->Signer(std::string(internal::kEmptySha256));
   req.error = [url](const HttpResponse& resp, const std::string&, int64_t off) {
     return S3Error(resp, "GET", url, off);

@@ -193,6 +193,7 @@ Result<std::unique_ptr<InputStream>> HttpSource::OpenStream(const std::string& u
   req.urls = impl_->client->WithMirrors(url);
   req.offset = options.offset;
   req.expected_size = options.expected_size;
+  req.cancel = options.cancel;
   return impl_->client->OpenStream(std::move(req));
 }
 
