@@ -439,7 +439,7 @@ TEST(HttpNginxTest, StreamsRangesAndStatFromNginx) {
 // A slow reader with a small buffer: receiving pauses (CURLPAUSE) and
 // resumes many times, and no byte is lost or repeated across the pauses.
 // (That memory stays flat with object size is measured by the benchmark.)
-TEST_F(HttpSourceTest, SlowReaderKeepsBufferBounded) {
+TEST_F(HttpSourceTest, SlowReaderPausesAndResumesWithoutLoss) {
   HttpOptions o = FastOptions();
   o.stream_buffer_bytes = 16 << 10;
   auto in = Source(o)->OpenInputStream(server_.Url("/shard.tar"), 0);
