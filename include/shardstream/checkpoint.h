@@ -41,7 +41,7 @@ struct CheckpointFile {
 };
 
 // The content of manifest.json (docs/checkpoint_format.md).
-struct CheckpointManifest {
+struct SHARDSTREAM_EXPORT CheckpointManifest {
   int64_t step = 0;
   std::string name;             // "ckpt-000200"
   int64_t time_unix_ms = 0;     // when the save began
