@@ -138,9 +138,17 @@ struct Uploader::Impl {
       s = out->Append(std::string_view(buf.data(), *got));
       if (s.ok()) *bytes += *got;
     }
+    if (s.ok()) s = out->Sync();  // file:// remotes: durable before the marker
     if (s.ok()) s = out->Close();
     if (!s.ok()) (void)out->Abort();
     return s;
+  }
+
+  // Makes a remote directory's entries durable where the remote has
+  // directories; object stores (SyncDir unsupported: kConfig) need nothing.
+  Status SyncRemoteDir(const std::string& url) {
+    Status s = o.remote_source->SyncDir(url);
+    return s.code() == StatusCode::kConfig ? Status::OK() : s;
   }
 
   Status MultipartFile(const std::string& from, const std::string& to, uint64_t size,
@@ -224,6 +232,7 @@ struct Uploader::Impl {
     return WithRetries(RedactUrl(url), [&]() -> Status {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto out, o.remote_source->NewWritableFile(url));
       Status s = out->Append(data);
+      if (s.ok()) s = out->Sync();
       if (s.ok()) s = out->Close();
       if (!s.ok()) { (void)out->Abort(); return s; }
       SHARDSTREAM_ASSIGN_OR_RETURN(std::string back, ReadFileToString(*o.remote_source, url));
@@ -254,11 +263,14 @@ struct Uploader::Impl {
     for (const auto& f : m.files)
       SHARDSTREAM_RETURN_IF_ERROR(UploadFile(JoinUrl(ldir, f.name), JoinUrl(rdir, f.name), f, bytes));
     SHARDSTREAM_RETURN_IF_ERROR(PutSmall(JoinUrl(rdir, internal::kManifestName), mtext));
+    SHARDSTREAM_RETURN_IF_ERROR(SyncRemoteDir(rdir));
     if (cancel.load()) return Status::Cancelled("upload stopped before the commit marker");
     json marker = {{"format", "shardstream-checkpoint-commit"}, {"name", name}, {"step", m.step},
                    {"manifest_checksum", msum}, {"files", m.files.size()},
                    {"bytes", m.total_bytes()}, {"time_unix_ms", internal::NowUnixMs()}};
     SHARDSTREAM_RETURN_IF_ERROR(PutSmall(curl, marker.dump() + "\n"));
+    SHARDSTREAM_RETURN_IF_ERROR(SyncRemoteDir(rdir));
+    SHARDSTREAM_RETURN_IF_ERROR(SyncRemoteDir(remote));
     if (o.write_latest_hint) {
       Status s = PutSmall(JoinUrl(remote, internal::kLatestName), name + "\n");
       if (!s.ok()) internal::Log().warn("remote latest hint not written: {}", s.ToString());
