@@ -103,7 +103,8 @@ struct CheckpointWriterOptions {
 class CheckpointWriter;
 
 // One save in progress: files are streamed in one after another. Destroying
-// it without Commit() removes the temporary directory.
+// it without Commit() removes the temporary directory. REQUIRES: destroyed
+// before the writer that made it.
 class SHARDSTREAM_EXPORT CheckpointSave {
  public:
   ~CheckpointSave();
@@ -170,8 +171,9 @@ class SHARDSTREAM_EXPORT CheckpointWriter {
   Source& source() { return *source_; }
 
   // Begins a save of `step` with the user's metadata (a JSON object text).
-  // On failure returns kConfig if a save is already open or the metadata is
-  // not a JSON object, or the I/O error.
+  // A checkpoint of the same step is replaced on Commit. On failure returns
+  // kConfig if a save is already open (saves do not wait for each other) or
+  // the metadata is not a JSON object, or the I/O error.
   Result<std::unique_ptr<CheckpointSave>> BeginSave(int64_t step,
                                                     std::string metadata_json = "{}");
   // Convenience: saves whole in-memory files.
@@ -182,7 +184,7 @@ class SHARDSTREAM_EXPORT CheckpointWriter {
   // The newest intact checkpoint: local ones newest first (each verified),
   // then the remote's committed ones (downloaded here, verified, committed
   // locally). Corrupt or incomplete ones are skipped with a warning. On
-  // failure returns NotFound if there is none.
+  // failure returns NotFound if there is none. Not concurrently with a save.
   Result<RestoreResult> RestoreLatest(const RestoreOptions& options = {});
 
   // Commits a complete, verified checkpoint directory that already sits in

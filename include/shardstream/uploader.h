@@ -126,7 +126,8 @@ class SHARDSTREAM_EXPORT Uploader {
   Result<int> AbortStaleUploads(int64_t max_age_ms);
 
   // Uploads one checkpoint synchronously in the caller's thread (the CLI's
-  // `push`). Same protocol and checks as the background path.
+  // `push`). Same protocol and checks as the background path. REQUIRES: name
+  // is not also queued with Enqueue.
   Status UploadNow(const std::string& name);
 
  private:

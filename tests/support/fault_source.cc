@@ -199,7 +199,7 @@ Result<std::unique_ptr<WritableFile>> FaultSource::NewWritableFile(const std::st
 }
 
 Status FaultSource::Rename(const std::string& from, const std::string& to) {
-  SHARDSTREAM_RETURN_IF_ERROR(Check(Op::kRename, from));
+  SHARDSTREAM_RETURN_IF_ERROR(Check(Op::kRename, from + " -> " + to));
   Entry e{Entry::kRename, Trim(from), Trim(to)};
   if (tracking_.load()) {
     auto info = target()->Stat(to);

@@ -42,7 +42,8 @@ class FaultSource : public SourceWrapper {
   explicit FaultSource(std::shared_ptr<Source> target) : SourceWrapper(std::move(target)) {}
 
   // Fails the nth (1-based) call of `op` from now with `error`; with sticky,
-  // also every later one. url_filter: only calls whose url contains it count.
+  // also every later one. url_filter: only calls whose url contains it count
+  // (for a rename, "from -> to").
   void FailNth(Op op, int nth, Status error, bool sticky = false, std::string url_filter = {});
   // Fails `op` with an errno-style error (Status::FromErrno) at the nth call.
   void FailNthErrno(Op op, int nth, int err, bool sticky = false, std::string url_filter = {});
