@@ -173,6 +173,8 @@ TEST(UploaderTest, FailingDestinationIsReportedRetriedAndKeepsTheLocalCopy) {
   EXPECT_GE(p.uploader->StatusOf("ckpt-000001")->attempts, 2);
   ExpectRemoteHonest(remote.path());
   EXPECT_EQ(ListRemoteCheckpoints(*LocalSource(), remote.path())->size(), 2u);
+  // The hint stays on the newest even though step 1 finished last.
+  EXPECT_EQ(testing::ReadFile(remote.Join("latest")), "ckpt-000002\n");
   // Done: the next rotation may remove it.
   ASSERT_TRUE(p.writer->SaveFiles(3, StepFiles(3)).ok());
   EXPECT_FALSE(fs::exists(local.Join("ckpt-000001")));

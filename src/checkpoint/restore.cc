@@ -29,12 +29,19 @@ Status Download(Source& remote, const std::string& from, Source& local, const st
     s = out->Append(std::string_view(buf.data(), *got));
     total += *got;
   }
-  if (s.ok() && (total != f.size || hasher->Finish() != f.checksum))
-    s = Status(StatusCode::kChecksum,
-               RedactUrl(from) + ": downloaded " + std::to_string(total) +
-                   " bytes do not match the manifest (" + std::to_string(f.size) + " bytes, " +
-                   f.checksum + ")",
-               RedactUrl(from));
+  if (s.ok()) {
+    std::string sum = hasher->Finish();
+    if (total != f.size)
+      s = Status(StatusCode::kChecksum,
+                 RedactUrl(from) + ": downloaded " + std::to_string(total) +
+                     " bytes, the manifest says " + std::to_string(f.size),
+                 RedactUrl(from), static_cast<int64_t>(std::min(total, f.size)));
+    else if (sum != f.checksum)
+      s = Status(StatusCode::kChecksum,
+                 RedactUrl(from) + ": downloaded bytes have checksum " + sum +
+                     ", the manifest says " + f.checksum,
+                 RedactUrl(from), 0);
+  }
   if (s.ok()) s = out->Sync();
   if (s.ok()) s = out->Close();
   if (!s.ok()) (void)out->Abort();

@@ -271,7 +271,10 @@ struct Uploader::Impl {
     SHARDSTREAM_RETURN_IF_ERROR(PutSmall(curl, marker.dump() + "\n"));
     SHARDSTREAM_RETURN_IF_ERROR(SyncRemoteDir(rdir));
     SHARDSTREAM_RETURN_IF_ERROR(SyncRemoteDir(remote));
-    if (o.write_latest_hint) {
+    // The hint only moves forward: a retried older checkpoint finishing after
+    // a newer one leaves it alone.
+    auto hint = ReadLatestPointer(*o.remote_source, remote);
+    if (o.write_latest_hint && (!hint.ok() || ParseCheckpointName(*hint) <= m.step)) {
       Status s = PutSmall(JoinUrl(remote, internal::kLatestName), name + "\n");
       if (!s.ok()) internal::Log().warn("remote latest hint not written: {}", s.ToString());
     }
