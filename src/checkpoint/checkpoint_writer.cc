@@ -70,7 +70,12 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Open(const std::stri
     return Status::Config("checkpoint rotation: keep_last and keep_every_steps must be >= 0");
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
+  bool existed = options.source->Stat(d).ok();
   SHARDSTREAM_RETURN_IF_ERROR(options.source->CreateDir(d).WithContext("checkpoint directory"));
+  // A directory made here must survive a power loss with its first save.
+  if (!existed)
+    SHARDSTREAM_RETURN_IF_ERROR(options.source->SyncDir(UrlDirname(d)).WithContext(
+        "checkpoint directory " + RedactUrl(d)));
   auto lock = std::make_unique<Lock>();
   std::string path = LocalPath(d);
   auto busy = [&] {
