@@ -17,7 +17,7 @@
 
 namespace shardstream::testing {
 
-struct FaultKnobs {
+struct CacheFaultKnobs {
   // Each OpenInputStream/OpenRandomAccess appends "<url>\n" here (O_APPEND).
   std::string fetch_log;
   // Urls starting with remote_prefix are read from local_dir + the rest.
@@ -36,9 +36,9 @@ struct FaultKnobs {
   std::atomic<int64_t> fail_after{-1};
 };
 
-class FaultSource final : public SourceWrapper {
+class CacheFaultSource final : public SourceWrapper {
  public:
-  FaultSource(std::shared_ptr<Source> target, std::shared_ptr<FaultKnobs> knobs)
+  CacheFaultSource(std::shared_ptr<Source> target, std::shared_ptr<CacheFaultKnobs> knobs)
       : SourceWrapper(std::move(target)), knobs_(std::move(knobs)) {}
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override;
   Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
@@ -48,7 +48,7 @@ class FaultSource final : public SourceWrapper {
 
  private:
   void LogFetch(const std::string& url);
-  std::shared_ptr<FaultKnobs> knobs_;
+  std::shared_ptr<CacheFaultKnobs> knobs_;
 };
 
 // Lines of a fetch log, counted by url.
