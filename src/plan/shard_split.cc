@@ -152,9 +152,12 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
     }
     impl->segment_length = n * per_node;
     for (size_t j = 0; j < impl->segments.size(); ++j) {
-      if (impl->segments[j].samples() == 0 && impl->segment_length > 0)
-        return Status::Config("plan: node " + std::to_string(j) +
-                              " has no samples to pad with; use fewer nodes or drop the remainder");
+      // An empty node would leave its ranks idle (pad) or zero every
+      // consumer's count (drop): refuse rather than plan an empty epoch.
+      if (nodes > 1 && impl->segments[j].samples() == 0)
+        return Status::Config("plan: node " + std::to_string(j) + " of " + std::to_string(nodes) +
+                              " gets no samples (" + std::to_string(nsamples.size()) +
+                              " shards); use fewer nodes or more shards");
     }
     if (impl->segment_length * nodes > 0) impl->todo.emplace_back(0, impl->segment_length * nodes);
     auto base = std::make_shared<ResumeState>();
