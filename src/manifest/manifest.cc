@@ -23,10 +23,19 @@ int64_t Manifest::TotalSamples() const {
 }
 
 std::string Manifest::Fingerprint() const {
+  // Hashes "url\tsize\tnsamples\tchecksum\n" per shard. One reused buffer:
+  // a million shards would otherwise mean millions of small allocations.
   auto h = Hasher::Create("xxh3_128");
+  std::string line;
   for (const auto& s : shards) {
-    std::string line = s.url + '\t' + std::to_string(s.size) + '\t' +
-                       std::to_string(s.nsamples) + '\t' + s.checksum + '\n';
+    line.assign(s.url);
+    line += '\t';
+    line += std::to_string(s.size);
+    line += '\t';
+    line += std::to_string(s.nsamples);
+    line += '\t';
+    line += s.checksum;
+    line += '\n';
     (*h)->Update(line);
   }
   return (*h)->Finish();
