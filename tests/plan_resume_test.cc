@@ -216,6 +216,8 @@ TEST(ResumeStateTest, DamagedStatesAreRefused) {
   v2[4] = 2;
   EXPECT_EQ(ResumeState::FromBytes(v2).status().code(), StatusCode::kConfig);
   EXPECT_EQ(ResumeState::FromJson("{").status().code(), StatusCode::kCorrupt);
+  // Found by tests/fuzz/resume_state_fuzz.cc: a non-string "format" used to throw.
+  EXPECT_EQ(ResumeState::FromJson("{\"format\": 2}").status().code(), StatusCode::kCorrupt);
   std::string json = s.ToJson();
   auto outside = json.replace(json.find("[[10,20]]"), 9, "[[90,120]]");
   auto r = ResumeState::FromJson(outside);
