@@ -178,6 +178,30 @@ TEST(DeliveryTrackerTest, OutOfOrderThenPrefixCompacts) {
   EXPECT_NE(t.MarkDelivered(0, 10).message().find("not in this consumer's plan"), std::string::npos);
 }
 
+TEST(DeliveryTrackerTest, OneTrackerForAllWorkersOfARank) {
+  std::vector<int64_t> counts = {5, 8, 3, 9, 6};
+  PlanOptions o;
+  o.world_size = 2;
+  o.num_workers = 3;
+  auto plan = EpochPlan::Create(counts, "fp", o);
+  ASSERT_TRUE(plan.ok());
+  std::vector<ConsumerPlan> rank1 = {plan->Consumer(1, 0), plan->Consumer(1, 1), plan->Consumer(1, 2)};
+  DeliveryTracker t(rank1);
+  EXPECT_EQ(t.remaining(), 3 * plan->samples_per_consumer());
+  // Deliver worker 2's samples, then worker 0's first one: consumed order.
+  for (const ShardRange& r : rank1[2].ranges) ASSERT_TRUE(t.MarkDelivered(r.shard, r.first, r.end).ok());
+  ASSERT_TRUE(t.MarkDelivered(rank1[0].ranges[0].shard, rank1[0].ranges[0].first).ok());
+  ResumeState st = t.State();
+  EXPECT_EQ(st.DeliveredCount(), plan->samples_per_consumer() + 1);
+  // The rest of the epoch, on one consumer, is everything else.
+  auto rest = EpochPlan::Create(counts, "fp", PlanOptions(), &st);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->samples_per_consumer(), plan->base()->positions() - st.DeliveredCount());
+  // A sample of rank 0 is not in rank 1's tracker.
+  const ShardRange& other = plan->Consumer(0, 0).ranges[0];
+  EXPECT_EQ(t.MarkDelivered(other.shard, other.first).code(), StatusCode::kConfig);
+}
+
 TEST(ResumeStateTest, JsonAndBytesRoundTrip) {
   ResumeState s;
   s.fingerprint = "xxh3_128:00112233445566778899aabbccddeeff";
