@@ -5,6 +5,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "shardstream/delivery_tracker.h"
 #include "shardstream/resume_state.h"
@@ -24,6 +25,7 @@ void Deliver(const ConsumerPlan& plan, int64_t stop, std::mt19937_64& g, Deliver
              std::vector<Delivery>* out) {
   const size_t buffer_size = 1 + g() % 16;
   std::vector<Delivery> buffer;
+  std::set<int64_t> taken;
   int64_t delivered = 0;
   auto pop = [&] {
     size_t i = g() % buffer.size();
@@ -31,6 +33,17 @@ void Deliver(const ConsumerPlan& plan, int64_t stop, std::mt19937_64& g, Deliver
     buffer[i] = buffer.back();
     buffer.pop_back();
     ASSERT_TRUE(tracker->MarkDelivered(d.shard, d.sample).ok());
+    // A padded plan can hold one sample at two positions; the tracker
+    // credits the first untaken one (a copy is a copy), and so do we.
+    for (const ShardRange& r : plan.ranges) {
+      if (r.shard != d.shard || d.sample < r.first || d.sample >= r.end) continue;
+      int64_t pos = r.position + d.sample - r.first;
+      if (taken.insert(pos).second) {
+        d.position = pos;
+        d.repeat = r.repeat;
+        break;
+      }
+    }
     out->push_back(d);
     ++delivered;
   };

@@ -149,6 +149,18 @@ TEST(EpochPlanTest, RandomManifestsCoverExactlyWithEqualCounts) {
     int r = static_cast<int>(g() % static_cast<uint64_t>(o.world_size));
     int w = static_cast<int>(g() % static_cast<uint64_t>(o.num_workers));
     EXPECT_EQ(plan->Consumer(r, w).ranges, again->Consumer(r, w).ranges);
+    // PlanConsumer (which may shuffle only a prefix) gives the same plan.
+    for (int k = 0; k < 3; ++k) {
+      PlanOptions one = o;
+      one.rank = k == 0 ? r : k == 1 ? 0 : o.world_size - 1;
+      one.worker = k == 0 ? w : k == 1 ? 0 : o.num_workers - 1;
+      auto single = PlanConsumer(counts, "fp", one);
+      ASSERT_TRUE(single.ok()) << single.status();
+      ConsumerPlan want = plan->Consumer(one.rank, one.worker);
+      EXPECT_EQ(single->ranges, want.ranges);
+      EXPECT_EQ(single->num_samples, want.num_samples);
+      EXPECT_TRUE(single->base->SameEpoch(*want.base));
+    }
 
     // Another epoch, another order (same totals).
     if (shards >= 8 && plan->samples_per_consumer() > 0) {
@@ -214,13 +226,13 @@ TEST(EpochPlanTest, GoldenOrder) {
         got += " " + std::to_string(sr.shard) + ":" + std::to_string(sr.first) + "-" +
                std::to_string(sr.end);
     }
-  EXPECT_EQ(got, "| 1:0-5 2:0-2 3:0-2| 3:2-7 5:0-4| 7:0-2 6:0-6 0:0-1| 0:1-3 4:0-1 9:0-6");
+  EXPECT_EQ(got, "| 9:0-9| 5:0-4 2:0-2 0:0-3| 4:0-1 1:0-5 3:0-3| 3:3-7 7:0-2 6:0-3");
   o.epoch = 1;
   plan = EpochPlan::Create(counts, "fp", o);
   ASSERT_TRUE(plan.ok());
   std::string order;
   for (int64_t s : GlobalOrder(*plan)) order += std::to_string(s) + ",";
-  EXPECT_EQ(order, "3,4,1,6,9,7,2,0,5,");
+  EXPECT_EQ(order, "5,1,4,0,2,3,6,7,9,");
   EXPECT_EQ(plan->samples_per_consumer(), 9);
   EXPECT_EQ(plan->dropped(), 3);
 
@@ -236,7 +248,7 @@ TEST(EpochPlanTest, GoldenOrder) {
     nodes += "|";
     for (const ShardRange& sr : plan->Consumer(r, 0).ranges) nodes += " " + std::to_string(sr.shard);
   }
-  EXPECT_EQ(nodes, "| 3 1 2 6| 4 9 0 5 7");
+  EXPECT_EQ(nodes, "| 9 4 2 0 1| 6 3 5 7");
 }
 
 TEST(EpochPlanTest, FisherYatesIsUniform) {
