@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shardstream/delivery_tracker.h"
@@ -146,7 +147,22 @@ int main(int argc, char** argv) {
     if (!plan.ok()) Die(plan.status());
     return std::to_string(all_consumers(*plan)) + " ranges";
   });
-  Scenario("one consumer (Create + ThisConsumer)", cfg, make_counts, [&] {
+  // PlanConsumer shuffles only as far as the consumer's span: the middle
+  // rank is the typical cost, the last consumer the worst.
+  for (auto [name, rank, worker] :
+       {std::make_tuple("one consumer: PlanConsumer, first", 0, 0),
+        std::make_tuple("one consumer: PlanConsumer, middle", cfg.ranks / 2, 0),
+        std::make_tuple("one consumer: PlanConsumer, last", cfg.ranks - 1, cfg.workers - 1)}) {
+    Scenario(name, cfg, make_counts, [&, rank = rank, worker = worker] {
+      PlanOptions one = o;
+      one.rank = rank;
+      one.worker = worker;
+      auto plan = PlanConsumer(counts, "fp", one);
+      if (!plan.ok()) Die(plan.status());
+      return std::to_string(plan->ranges.size()) + " ranges";
+    });
+  }
+  Scenario("one consumer: EpochPlan::Create + ThisConsumer", cfg, make_counts, [&] {
     PlanOptions one = o;
     one.rank = o.world_size / 2;
     auto plan = EpochPlan::Create(counts, "fp", one);

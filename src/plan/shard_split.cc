@@ -273,12 +273,21 @@ ConsumerPlan SingleConsumer(const std::vector<int64_t>& counts, const std::strin
   std::iota(order.begin(), order.end(), 0u);
   internal::Xoshiro256 rng(
       internal::DeriveSeed(o.seed, internal::Domain::kShardOrder, static_cast<uint64_t>(o.epoch), 0));
+  prefix.reserve(order.size() + 1);
   prefix.push_back(0);
-  for (size_t i = 0; i < order.size() && prefix.back() < end; ++i) {
-    internal::FisherYatesStep(order.data(), i, order.size(), rng);
-    prefix.push_back(prefix.back() + counts[order[i]]);
+  // Shuffle a block, then sum it: one loop doing both stalls on two
+  // dependent cache misses per shard (the swap, then its count) and runs
+  // several times slower than the two loops apart.
+  constexpr size_t kBlock = 4096;
+  size_t done = 0;
+  while (done < order.size() && prefix.back() < end) {
+    const size_t stop = std::min(order.size(), done + kBlock);
+    for (size_t i = done; i < stop; ++i) internal::FisherYatesStep(order.data(), i, order.size(), rng);
+    for (size_t i = done; i < stop && prefix.back() < end; ++i)
+      prefix.push_back(prefix.back() + counts[order[i]]);
+    done = stop;
   }
-  order.resize(prefix.size() - 1);  // only the final part of the order
+  order.resize(prefix.size() - 1);  // keep only the part of the order in use
   internal::EmitRanges(seg, plan.base->segment_length, begin, end, /*repeat=*/false, &plan.ranges);
   return plan;
 }
