@@ -349,6 +349,22 @@ TEST(PlanCliTest, PrintsEveryConsumer) {
   EXPECT_NE(out.find("local_world_size"), std::string::npos) << out;
   ASSERT_EQ(testing::RunCommand(testing::CliPath() + " plan '" + dir.Join("x-{0..3}.tar") + "' --world-size 2", &out), 0);
   EXPECT_NE(out.find("sample counts unknown"), std::string::npos) << out;
+
+  // --resume: the rest of the epoch after 5 delivered samples, on 3 ranks.
+  auto manifest = ReadManifest(m);
+  ASSERT_TRUE(manifest.ok());
+  auto plan = EpochPlan::Create(*manifest, PlanOptions());
+  ASSERT_TRUE(plan.ok());
+  ResumeState state = *plan->base();
+  state.AddDelivered(0, 5);
+  testing::WriteFile(dir.Join("state.bin"), state.ToBytes());
+  ASSERT_EQ(testing::RunCommand(testing::CliPath() + " plan " + m + " --world-size 3 --resume " +
+                                    dir.Join("state.bin"), &out), 0) << out;
+  EXPECT_NE(out.find("4 samples each, dropped 0"), std::string::npos) << out;  // (17 - 5) / 3
+  testing::WriteFile(dir.Join("other.jsonl"), "{\"url\": \"a.tar\", \"nsamples\": 11}\n");
+  EXPECT_NE(testing::RunCommand(testing::CliPath() + " plan " + dir.Join("other.jsonl") +
+                                    " --world-size 3 --resume " + dir.Join("state.bin"), &out), 0);
+  EXPECT_NE(out.find("another data set"), std::string::npos) << out;
 }
 
 }  // namespace
