@@ -211,7 +211,7 @@ TEST(DeliveryTrackerTest, OneTrackerForAllWorkersOfARank) {
   ASSERT_TRUE(rest.ok()) << rest.status();
   EXPECT_EQ(rest->samples_per_consumer(), plan->base()->positions() - st.DeliveredCount());
   // A sample of rank 0 is not in rank 1's tracker.
-  const ShardRange& other = plan->Consumer(0, 0).ranges[0];
+  const ShardRange other = plan->Consumer(0, 0).ranges[0];
   EXPECT_EQ(t.MarkDelivered(other.shard, other.first).code(), StatusCode::kConfig);
 }
 
