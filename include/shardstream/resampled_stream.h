@@ -4,7 +4,7 @@
 //
 // Each consumer (rank x worker) gets its own stream, derived from (seed,
 // epoch, consumer); draw i depends only on those and i, so Seek() is O(1)
-// and a resume needs only draws(). There are no epochs boundaries and no
+// and a resume needs only draws(). There are no epoch boundaries and no
 // exactly-once guarantee: that is what resampling means.
 //
 // Thread-safety: not thread-safe; one consumer draws.
