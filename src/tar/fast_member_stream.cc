@@ -2,6 +2,7 @@
 // It checks more than libarchive does (a pax size that disagrees with the
 // ustar size, a declared size past the end, a missing end-of-archive marker)
 // because a shard is untrusted input.
+#include <cstdio>
 #include <cstring>
 
 #include "tar/chunk_reader.h"
@@ -27,6 +28,13 @@ class FastMemberStream final : public MemberStream {
         total_(in_->size()) {}
 
   Status Next(Member* m) override {
+    if (pending_skip_ > 0) {
+      // The data of the previous member, which was not handed out.
+      uint64_t n = pending_skip_;
+      pending_skip_ = 0;
+      SHARDSTREAM_ASSIGN_OR_RETURN(bool ok, reader_.Skip(n));
+      if (!ok) return Corrupt(reader_.offset(), "", "truncated inside a member's data");
+    }
     PaxAttributes pax;
     std::optional<std::string> long_name;
     bool have_pax = false;
@@ -92,7 +100,8 @@ class FastMemberStream final : public MemberStream {
               data.find_first_not_of('\0', nul) != std::string_view::npos)
             long_name_has_nul = true;
           long_name = std::string(name);
-          if (long_name_has_nul) long_name = std::string(data);
+          if (long_name_has_nul)
+            long_name = std::string(data.substr(0, data.find_last_not_of('\0') + 1));
         }
         SHARDSTREAM_ASSIGN_OR_RETURN(bool skipped, reader_.Skip(PaddedSize(ustar_size) - ustar_size));
         if (!skipped) return Corrupt(reader_.offset(), "", "truncated inside an extension header");
@@ -131,21 +140,24 @@ class FastMemberStream final : public MemberStream {
       SHARDSTREAM_RETURN_IF_ERROR(CheckFits(off, m->path, size));
       m->data = {};
       m->owner.reset();
+      m->end_offset = m->data_offset + PaddedSize(size);
       if (m->type == MemberType::kFile) {
-        m->problem = CheckMemberPath(m->path, url_, off, limits_);
+        m->problem = CheckMemberPath(m->path, url_, m->header_offset, limits_);
         if (m->problem.ok() && long_name_has_nul)
-          m->problem = CorruptAt(url_, off, m->path, "NUL byte in the member name");
+          m->problem = CorruptAt(url_, m->header_offset, m->path, "NUL byte in the member name");
         if (m->problem.ok() && size > limits_.max_member_size)
-          m->problem = CorruptAt(url_, off, m->path,
+          m->problem = CorruptAt(url_, m->header_offset, m->path,
                                  "member of " + std::to_string(size) +
                                      " bytes exceeds the limit max_member_size");
       }
-      bool ok;
-      if (m->type == MemberType::kFile && m->problem.ok()) {
-        SHARDSTREAM_ASSIGN_OR_RETURN(ok, reader_.Take(size, &m->data, &m->owner));
-      } else {
-        SHARDSTREAM_ASSIGN_OR_RETURN(ok, reader_.Skip(size));
+      if (m->type != MemberType::kFile || !m->problem.ok()) {
+        // Skipped on the next call, so a caller that stops at the problem
+        // does not wait for (or trip over) data it will never use.
+        pending_skip_ = PaddedSize(size);
+        return Status::OK();
       }
+      bool ok;
+      SHARDSTREAM_ASSIGN_OR_RETURN(ok, reader_.Take(size, &m->data, &m->owner));
       if (!ok) return Corrupt(m->data_offset, m->path, "truncated inside the member's data");
       SHARDSTREAM_ASSIGN_OR_RETURN(ok, reader_.Skip(PaddedSize(size) - size));
       if (!ok) return Corrupt(reader_.offset(), m->path, "truncated inside the member's padding");
@@ -177,6 +189,7 @@ class FastMemberStream final : public MemberStream {
   uint64_t base_;
   std::optional<uint64_t> total_;
   uint64_t entries_ = 0;
+  uint64_t pending_skip_ = 0;
   bool seen_header_ = false;
 };
 
@@ -189,10 +202,32 @@ std::unique_ptr<MemberStream> NewFastMemberStream(std::unique_ptr<ByteStream> in
   return std::make_unique<FastMemberStream>(std::move(in), url, options, base_offset);
 }
 
+namespace {
+// Member names are untrusted: control bytes are shown escaped, and very long
+// names shortened, so a message stays one readable line.
+std::string PrintableName(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size() && out.size() < 300; ++i) {
+    unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c == 0) {
+      out += "\\0";
+    } else if (c < 0x20 || c == 0x7f || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (out.size() >= 300) out += "...";
+  return out;
+}
+}  // namespace
+
 Status CorruptAt(const std::string& url, uint64_t offset, const std::string& member,
                  const std::string& what) {
   std::string msg = "shard " + url;
-  if (!member.empty()) msg += ": member '" + member + "'";
+  if (!member.empty()) msg += ": member '" + PrintableName(member) + "'";
   msg += " at offset " + std::to_string(offset) + ": " + what;
   return Status(StatusCode::kCorrupt, std::move(msg), url, static_cast<int64_t>(offset));
 }
@@ -202,8 +237,7 @@ Status CheckMemberPath(const std::string& path, const std::string& url, uint64_t
   auto bad = [&](const char* why) { return CorruptAt(url, offset, path, why); };
   if (path.empty()) return bad("empty member name");
   if (path.size() > limits.max_path_length)
-    return CorruptAt(url, offset, path.substr(0, 200) + "...",
-                     "member name longer than the limit max_path_length");
+    return CorruptAt(url, offset, path, "member name longer than the limit max_path_length");
   if (path.find('\0') != std::string::npos) return bad("NUL byte in the member name");
   if (path[0] == '/') return bad("absolute member name");
   size_t start = 0;
