@@ -23,7 +23,8 @@ namespace {
 struct BenchArgs {
   std::vector<std::string> shards;
   int runs = 5;
-  std::string dest_size = "64MiB";
+  std::string dest_size = "8MiB";
+  std::string chunk_size = "4MiB";
   bool libarchive = false, json = false, no_external = false;
 };
 
@@ -106,6 +107,13 @@ int RunBench(const BenchArgs& a) {
   std::memset(dest.data(), 1, dest.size());  // fault the pages in before timing
   TarReaderOptions o;
   if (a.libarchive) o.engine = TarEngine::kLibarchive;
+  auto chunk = ParseByteSize(a.chunk_size);
+  if (!chunk.ok()) {
+    std::cerr << "bench: " << chunk.status().message() << "\n";
+    return 2;
+  }
+  o.chunk_size = static_cast<size_t>(*chunk);
+  buf.resize(o.chunk_size);  // the plain read uses the reader's read size
 
   auto warm = PlainRead(a.shards, buf);  // page cache warm-up
   if (!warm.ok()) {
@@ -199,7 +207,9 @@ SHARDSTREAM_COMMAND(bench, [](CLI::App& app) {
       "bench", "Read shards as fast as possible and compare with a plain read of the same files");
   sub->add_option("SHARD", args->shards, "Shards to read")->required();
   sub->add_option("--runs", args->runs, "Timed runs; medians are reported")->capture_default_str();
-  sub->add_option("--dest-size", args->dest_size, "Destination (batch) buffer fields are copied to")
+  sub->add_option("--dest-size", args->dest_size, "Destination buffer fields are copied to, reused cyclically like a batch slot")
+      ->capture_default_str();
+  sub->add_option("--chunk-size", args->chunk_size, "Reader's read/buffer size (also the plain read's)")
       ->capture_default_str();
   sub->add_flag("--libarchive", args->libarchive, "Use the libarchive engine");
   sub->add_flag("--no-external", args->no_external, "Skip timing zstd/gzip for compressed shards");
