@@ -3,7 +3,9 @@
 // nothing crashes or hangs. Both engines are run on every input.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "shardstream/shard_writer.h"
 #include "shardstream/tar_reader.h"
@@ -309,6 +311,35 @@ TEST(TarHostileTest, RaisePolicyIsSticky) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
   }
+}
+
+// The golden bad inputs in tests/data/bad_shards, with the offset and error
+// listed in EXPECTED.
+TEST(TarHostileTest, GoldenBadShards) {
+  std::string dir = std::string(SHARDSTREAM_TEST_DATA_DIR) + "/bad_shards";
+  std::ifstream expected(dir + "/EXPECTED");
+  ASSERT_TRUE(expected) << dir;
+  int checked = 0;
+  for (std::string line; std::getline(expected, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string file, offset, fragment;
+    std::getline(fields, file, '\t');
+    std::getline(fields, offset, '\t');
+    std::getline(fields, fragment);
+    std::string path = dir + "/" + file;
+    ReadOutcome r = testing::ReadAll(path);
+    EXPECT_EQ(r.status.code(), StatusCode::kCorrupt) << file << ": " << r.status;
+    EXPECT_EQ(r.status.offset(), std::stoll(offset)) << file << ": " << r.status;
+    EXPECT_NE(r.status.message().find(fragment), std::string::npos) << file << ": " << r.status;
+    EXPECT_NE(r.status.message().find(path), std::string::npos) << file << ": " << r.status;
+    EXPECT_EQ(r.status.url(), path);
+    TarReaderOptions lib;
+    lib.engine = TarEngine::kLibarchive;
+    (void)testing::ReadAll(path, lib);  // must not crash or hang
+    ++checked;
+  }
+  EXPECT_EQ(checked, 14);
 }
 
 }  // namespace

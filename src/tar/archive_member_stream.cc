@@ -75,7 +75,9 @@ class ArchiveMemberStream final : public MemberStream {
       done += static_cast<uint64_t>(n);
     }
     m->data = std::string_view(dst, static_cast<size_t>(m->size));
-    m->data_offset = m->header_offset;  // libarchive does not say; best known
+    // libarchive does not tell where the data starts (after how many
+    // extension headers): offsets inside a sample are the fast engine's.
+    m->data_offset = 0;
     m->end_offset = m->header_offset + kTarBlock + PaddedSize(m->size);
     return Status::OK();
   }

@@ -45,13 +45,8 @@ class PlainStream final : public ByteStream {
  public:
   explicit PlainStream(std::unique_ptr<PrefixedInput> in) : in_(std::move(in)) {}
   Result<size_t> Read(size_t n, char* out) override { return in_->Read(n, out); }
-  std::optional<uint64_t> size() const override {
-    auto s = in_->size();
-    if (!s) return std::nullopt;
-    uint64_t start = in_->position();  // where this stream began, if nothing read yet
-    (void)start;
-    return s;
-  }
+  // The object's total size: offsets in the reader are absolute too.
+  std::optional<uint64_t> size() const override { return in_->size(); }
 
  private:
   std::unique_ptr<PrefixedInput> in_;

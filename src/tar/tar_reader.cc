@@ -307,7 +307,9 @@ Result<std::unique_ptr<TarReader>> TarReader::OpenAt(const std::string& url, int
 }
 
 Result<SampleIndex> BuildSampleIndex(const std::string& url, const TarReaderOptions& options) {
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, TarReader::Open(url, options));
+  TarReaderOptions o = options;
+  o.engine = TarEngine::kFast;  // it knows exact member extents
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, TarReader::Open(url, o));
   Sample s;
   while (true) {
     SHARDSTREAM_ASSIGN_OR_RETURN(bool got, reader->Next(&s));
