@@ -217,6 +217,21 @@ TEST(TarHostileTest, TruncationAtAnyOffsetIsCorrupt) {
   }
 }
 
+TEST(TarHostileTest, DamagedZstdFrameIsCorrupt) {
+  std::string full = WriterShard(ShardCompression::kZstd);
+  int detected = 0;
+  for (size_t at = 20; at < full.size(); at += full.size() / 17) {
+    std::string bad = full;
+    bad[at] ^= 0x55;
+    ReadOutcome r = ReadBytes(bad);
+    // ShardWriter sets the frame checksum, so any damage is caught.
+    ASSERT_EQ(r.status.code(), StatusCode::kCorrupt) << "flip at " << at << ": " << r.status;
+    EXPECT_GE(r.status.offset(), 0);
+    ++detected;
+  }
+  EXPECT_GT(detected, 10);
+}
+
 TEST(TarHostileTest, FlippedHeaderBytesAreDetected) {
   std::string full = WriterShard(ShardCompression::kNone);
   ReadOutcome good = ReadBytes(full);

@@ -130,7 +130,7 @@ int RunBench(const BenchArgs& a) {
     return 1;
   }
   uint64_t file_bytes = *warm;
-  std::vector<double> plain, reader, external, plain_cpu, reader_cpu;
+  std::vector<double> plain, reader, external, plain_cpu, reader_cpu, external_cpu;
   ReadTotals totals;
   std::string external_cmd;
   for (int r = 0; r < a.runs; ++r) {
@@ -157,8 +157,18 @@ int RunBench(const BenchArgs& a) {
         for (const auto& s : a.shards) external_cmd += " '" + LocalPath(s) + "'";
         external_cmd += " > /dev/null";
       }
+      struct rusage before, after;
+      ::getrusage(RUSAGE_CHILDREN, &before);
       double t = TimeCommand(external_cmd);
-      if (t > 0) external.push_back(t);
+      ::getrusage(RUSAGE_CHILDREN, &after);
+      auto secs = [](const struct rusage& r) {
+        return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+               static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+      };
+      if (t > 0) {
+        external.push_back(t);
+        external_cpu.push_back(secs(after) - secs(before));
+      }
     }
   }
   double tp = Median(plain), tr = Median(reader);
@@ -190,6 +200,7 @@ int RunBench(const BenchArgs& a) {
     j["external_command"] = totals.compression == ShardCompression::kZstd ? "zstd -d -c" : "gzip -dc";
     j["external_gbps"] = gb / te;
     j["ratio_vs_external"] = te / tr;
+    j["cpu_ratio_vs_external"] = Median(external_cpu) / Median(reader_cpu);
   }
   if (a.json) {
     std::cout << j.dump() << "\n";
@@ -207,9 +218,10 @@ int RunBench(const BenchArgs& a) {
                 static_cast<double>(totals.samples) / tr, 100.0 * tp / tr);
   std::cout << line;
   if (!external.empty()) {
-    std::snprintf(line, sizeof(line), "%s:        %8.2f GB/s; reader at %5.1f%% of it\n",
+    std::snprintf(line, sizeof(line),
+                  "%s:        %8.2f GB/s; reader at %5.1f%% of it (%.1f%% per CPU second)\n",
                   j["external_command"].get<std::string>().c_str(), gb / Median(external),
-                  100.0 * Median(external) / tr);
+                  100.0 * Median(external) / tr, 100.0 * j["cpu_ratio_vs_external"].get<double>());
     std::cout << line;
   }
   std::snprintf(line, sizeof(line),
