@@ -95,8 +95,9 @@ class SHARDSTREAM_EXPORT BufferPool {
   size_t slot_bytes() const;
   BufferPoolStats stats() const;
 
+  struct State;  // internal; public only for the implementation's helpers
+
  private:
-  struct State;
   explicit BufferPool(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;
 };
