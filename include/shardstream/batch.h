@@ -81,6 +81,11 @@ class SHARDSTREAM_EXPORT Batch {
   const std::string& url(int64_t i) const;
   SampleId sample(int64_t i) const;
 
+  // Token batches: the document that goes on in the next batch, and how
+  // many of its tokens (end-of-document token included) are in this and
+  // earlier batches. Returns false when none does.
+  bool continued(SampleId* id, int64_t* tokens) const;
+
   int64_t epoch() const { return epoch_; }
   // Position of this batch in its epoch for this consumer, from 0.
   int64_t index() const { return index_; }

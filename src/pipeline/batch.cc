@@ -174,6 +174,13 @@ SampleId Batch::sample(int64_t i) const {
   return SampleId{r.shard, r.index};
 }
 
+bool Batch::continued(SampleId* id, int64_t* tokens) const {
+  if (header_ == nullptr || header_->carry_tokens < 0) return false;
+  *id = header_->carry;
+  *tokens = header_->carry_tokens;
+  return true;
+}
+
 HostMemoryKind Batch::memory_kind() const {
   return owner_ ? owner_->kind() : HostMemoryKind::kPageable;
 }

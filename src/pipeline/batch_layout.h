@@ -36,7 +36,7 @@ struct SampleRecord {
   int64_t key_end;
 };
 
-struct BatchLayout {
+struct SHARDSTREAM_EXPORT BatchLayout {
   std::vector<ColumnLayout> columns;
   int64_t max_rows = 0;
   int64_t max_samples = 0;
@@ -55,10 +55,13 @@ struct SlotHeader {
   int64_t nsamples = 0;
   const char* arena = nullptr;
   const SampleRecord* records = nullptr;
+  // Token batches: the document continuing into the next batch.
+  SampleId carry;
+  int64_t carry_tokens = -1;
 };
 
 // Fills one slot. Used by one thread; Finish() hands the batch over.
-class BatchWriter {
+class SHARDSTREAM_EXPORT BatchWriter {
  public:
   explicit BatchWriter(std::shared_ptr<const BatchLayout> layout);
 
@@ -69,6 +72,10 @@ class BatchWriter {
   void SetBytes(size_t c, int64_t row, std::string_view bytes);
   void AddSample(SampleId id, std::string_view key);
   void set_rows(int64_t rows) { header_->rows = rows; }
+  void set_carry(SampleId id, int64_t tokens) {
+    header_->carry = id;
+    header_->carry_tokens = tokens;
+  }
   int64_t rows() const { return header_->rows; }
   int64_t nsamples() const { return header_->nsamples; }
   Batch Finish();

@@ -34,6 +34,7 @@ struct RowInput {
   SampleId id;
   std::string_view key;
   std::string_view url;
+  uint64_t offset = 0;               // of the sample in the shard
   const FieldRef* fields = nullptr;  // one per FieldSpec, in order
 };
 
@@ -44,7 +45,7 @@ struct PoolConfig {
 };
 
 // Holds the pool and the writer shared by both batchers.
-class SlotSource {
+class SHARDSTREAM_EXPORT SlotSource {
  public:
   SlotSource(PoolConfig config, EmitFn emit) : config_(std::move(config)), emit_(std::move(emit)) {}
   Status Init(std::shared_ptr<const BatchLayout> layout);
@@ -60,6 +61,7 @@ class SlotSource {
   }
   void set_next_index(int64_t i) { next_index_ = i; }
   BufferPool* pool() const { return pool_.get(); }
+  size_t arena_bytes() const { return config_.arena_bytes; }
   void Cancel() {
     if (pool_) pool_->Cancel();
   }
@@ -74,7 +76,7 @@ class SlotSource {
   int64_t next_index_ = 0;
 };
 
-class SampleBatcher {
+class SHARDSTREAM_EXPORT SampleBatcher {
  public:
   SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, PoolConfig pool, EmitFn emit);
   SlotSource& slots() { return slots_; }
@@ -92,7 +94,7 @@ class SampleBatcher {
   std::vector<DecodedField> decoded_;  // reused
 };
 
-class TokenPacker {
+class SHARDSTREAM_EXPORT TokenPacker {
  public:
   TokenPacker(TokenOptions options, int64_t batch_size, PoolConfig pool, EmitFn emit);
   SlotSource& slots() { return slots_; }
