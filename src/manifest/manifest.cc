@@ -1,8 +1,11 @@
-// Manifest reading and writing. JSON Lines is the native format.
+// Manifest reading and writing: format dispatch, the checks shared by every
+// format, and the JSON Lines writer (the native format).
 #include "shardstream/manifest.h"
 
-#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <unordered_map>
 
+#include "manifest/manifest_internal.h"
 #include "shardstream/checksum.h"
 #include "shardstream/url.h"
 
@@ -29,65 +32,130 @@ std::string Manifest::Fingerprint() const {
   return (*h)->Finish();
 }
 
-namespace {
+namespace internal {
 
-Status LineError(const std::string& url, size_t line, const std::string& what) {
+Status ManifestLineError(const std::string& url, size_t line, const std::string& what) {
   return Status(StatusCode::kConfig,
                 "manifest " + RedactUrl(url) + " line " + std::to_string(line) + ": " + what,
                 RedactUrl(url));
 }
 
+size_t LineOf(std::string_view text, size_t offset) {
+  offset = std::min(offset, text.size());
+  return 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + offset, '\n'));
+}
+
+Status ValidateEntry(const ShardEntry& e, const std::string& url, size_t line) {
+  if (e.url.empty()) return ManifestLineError(url, line, "missing 'url'");
+  if (e.nsamples < 0)
+    return ManifestLineError(url, line, "missing 'nsamples' for " + RedactUrl(e.url));
+  if (!e.checksum.empty()) {
+    auto algo = ParseChecksum(e.checksum);
+    if (!algo.ok()) return ManifestLineError(url, line, algo.status().message());
+  }
+  return Status::OK();
+}
+
 Result<ShardEntry> EntryFromJson(const json& obj, const std::string& url, size_t line) {
-  if (!obj.is_object()) return LineError(url, line, "expected a JSON object");
+  if (!obj.is_object()) return ManifestLineError(url, line, "expected a JSON object");
   ShardEntry e;
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     const std::string& k = it.key();
     const json& v = it.value();
     if (k == "url") {
       if (!v.is_string() || v.get<std::string>().empty())
-        return LineError(url, line, "'url' must be a non-empty string");
+        return ManifestLineError(url, line, "'url' must be a non-empty string");
       e.url = v.get<std::string>();
     } else if (k == "size" || k == "nsamples") {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0)
-        return LineError(url, line, "'" + k + "' must be a non-negative integer");
+      if (!v.is_number_integer() || (v.is_number_integer() && v.get<int64_t>() < 0))
+        return ManifestLineError(url, line, "'" + k + "' must be a non-negative integer, got " +
+                                                v.dump());
       (k == "size" ? e.size : e.nsamples) = v.get<int64_t>();
     } else if (k == "checksum") {
-      if (!v.is_string()) return LineError(url, line, "'checksum' must be a string");
+      if (!v.is_string()) return ManifestLineError(url, line, "'checksum' must be a string");
       e.checksum = v.get<std::string>();
-      if (!e.checksum.empty()) {
-        auto algo = ParseChecksum(e.checksum);
-        if (!algo.ok()) return LineError(url, line, algo.status().message());
-      }
     } else {
       e.extra[k] = v.dump();
     }
   }
-  if (e.url.empty()) return LineError(url, line, "missing 'url'");
+  SHARDSTREAM_RETURN_IF_ERROR(ValidateEntry(e, url, line));
   return e;
 }
 
-}  // namespace
-
-Result<Manifest> ParseManifest(std::string_view text, const std::string& url) {
-  Manifest m;
-  m.url = url;
-  std::string base = UrlDirname(url);
+Result<ParsedEntries> ParseJsonl(std::string_view text, const std::string& url) {
+  ParsedEntries out;
   size_t line_no = 0;
   size_t pos = 0;
-  while (pos <= text.size()) {
+  while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string_view::npos) nl = text.size();
     std::string_view line = text.substr(pos, nl - pos);
     pos = nl + 1;
     ++line_no;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.remove_suffix(1);
     if (line.empty()) continue;
     json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded()) return LineError(url, line_no, "not valid JSON");
+    if (obj.is_discarded()) return ManifestLineError(url, line_no, "not valid JSON");
     SHARDSTREAM_ASSIGN_OR_RETURN(ShardEntry e, EntryFromJson(obj, url, line_no));
-    e.resolved = JoinUrl(base, e.url);
-    m.shards.push_back(std::move(e));
+    out.entries.push_back(std::move(e));
+    out.lines.push_back(line_no);
   }
+  return out;
+}
+
+}  // namespace internal
+
+namespace {
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+ManifestFormat DetectFormat(std::string_view text, const std::string& url) {
+  std::string name = UrlBasename(url);
+  if (EndsWith(name, ".jsonl") || EndsWith(name, ".ndjson")) return ManifestFormat::kJsonl;
+  if (EndsWith(name, ".csv")) return ManifestFormat::kCsv;
+  if (EndsWith(name, ".json")) return ManifestFormat::kJson;
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return ManifestFormat::kJsonl;
+  if (text[first] == '[') return ManifestFormat::kJson;
+  if (text[first] != '{') return ManifestFormat::kCsv;
+  // '{' starts both JSON Lines and a document: a first line that is a whole
+  // object with a "url" is JSON Lines.
+  size_t nl = text.find('\n', first);
+  json obj = json::parse(text.substr(first, nl == std::string_view::npos ? nl : nl - first),
+                         nullptr, false);
+  if (!obj.is_discarded() && obj.is_object() && obj.contains("url")) return ManifestFormat::kJsonl;
+  return ManifestFormat::kJson;
+}
+
+}  // namespace
+
+Result<Manifest> ParseManifest(std::string_view text, const std::string& url,
+                               ManifestFormat format) {
+  if (format == ManifestFormat::kAuto) format = DetectFormat(text, url);
+  Result<internal::ParsedEntries> result =
+      format == ManifestFormat::kCsv    ? internal::ParseCsv(text, url)
+      : format == ManifestFormat::kJson ? internal::ParseJsonDocument(text, url)
+                                        : internal::ParseJsonl(text, url);
+  if (!result.ok()) return result.status();
+  internal::ParsedEntries parsed = std::move(result).value();
+  Manifest m;
+  m.url = url;
+  std::string base = UrlDirname(url);
+  std::unordered_map<std::string, size_t> seen;  // resolved url -> line
+  seen.reserve(parsed.entries.size());
+  for (size_t i = 0; i < parsed.entries.size(); ++i) {
+    ShardEntry& e = parsed.entries[i];
+    e.resolved = JoinUrl(base, e.url);
+    auto [it, inserted] = seen.emplace(e.resolved, parsed.lines[i]);
+    if (!inserted)
+      return internal::ManifestLineError(url, parsed.lines[i],
+                                         "duplicate url " + RedactUrl(e.url) +
+                                             " (first on line " + std::to_string(it->second) + ")");
+  }
+  m.shards = std::move(parsed.entries);
   if (m.shards.empty())
     return Status(StatusCode::kConfig, "manifest " + RedactUrl(url) + " lists no shards",
                   RedactUrl(url));
@@ -98,6 +166,11 @@ Result<Manifest> ReadManifest(const std::string& url, Source* source) {
   Source* src = source ? source : DefaultSource().get();
   SHARDSTREAM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(*src, url));
   return ParseManifest(text, url);
+}
+
+Result<Manifest> LoadManifest(const std::string& manifest_or_pattern, Source* source) {
+  if (IsBracePattern(manifest_or_pattern)) return ManifestFromPattern(manifest_or_pattern);
+  return ReadManifest(manifest_or_pattern, source);
 }
 
 std::string FormatManifestJsonl(const Manifest& manifest) {
