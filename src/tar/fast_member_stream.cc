@@ -111,7 +111,13 @@ class FastMemberStream final : public MemberStream {
       // A real entry.
       m->end = false;
       m->problem = Status::OK();
-      m->path = pax.path ? *pax.path : long_name ? *long_name : HeaderPath(block);
+      if (pax.path) {
+        m->path = *pax.path;
+      } else if (long_name) {
+        m->path = *long_name;
+      } else {
+        AssignHeaderPath(block, &m->path);
+      }
       m->header_offset = static_cast<uint64_t>(entry_start);
       uint64_t size = ustar_size;
       if (pax.size) {

@@ -69,6 +69,19 @@ std::string_view FieldString(const char* field, size_t len) {
   return std::string_view(field, nul ? static_cast<const char*>(nul) - field : len);
 }
 
+void AssignHeaderPath(const char* block, std::string* out) {
+  std::string_view name = FieldString(block + Ustar::kName, Ustar::kNameLen);
+  out->clear();
+  if (std::memcmp(block + Ustar::kMagic, "ustar\0", 6) == 0) {
+    std::string_view prefix = FieldString(block + Ustar::kPrefix, Ustar::kPrefixLen);
+    if (!prefix.empty()) {
+      out->append(prefix);
+      *out += '/';
+    }
+  }
+  out->append(name);
+}
+
 std::string HeaderPath(const char* block) {
   std::string_view name = FieldString(block + Ustar::kName, Ustar::kNameLen);
   // POSIX ustar ("ustar\0") has a prefix field; old GNU ("ustar  \0") uses
