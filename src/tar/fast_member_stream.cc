@@ -116,7 +116,7 @@ class FastMemberStream final : public MemberStream {
       } else if (long_name) {
         m->path = *long_name;
       } else {
-        AssignHeaderPath(block, &m->path);
+        HeaderPath(block, &m->path);
       }
       m->header_offset = static_cast<uint64_t>(entry_start);
       uint64_t size = ustar_size;
