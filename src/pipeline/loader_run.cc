@@ -1,5 +1,7 @@
 #include "pipeline/loader_run.h"
 
+#include <pthread.h>
+
 #include "common/log.h"
 #include "pipeline/prng.h"
 #include "pipeline/shuffle_buffer.h"
@@ -96,6 +98,7 @@ Status LoaderRun::Emit(Batch&& b) {
 }
 
 void LoaderRun::Assemble() {
+  pthread_setname_np(pthread_self(), "ss-assemble");
   Status s = Pipeline();
   if (stop_.load()) return;
   if (s.ok()) {
