@@ -236,7 +236,17 @@ Result<Batch> Loader::next() {
       m.first_next = m.last_log = t0;
     }
   }
-  Result<Batch> r = m.run->queue().Pop();
+  Result<Batch> r = m.run->queue().Pop(std::chrono::milliseconds(100));
+  // Wait in slices: holding every batch slot while asking for another
+  // would otherwise hang forever.
+  while (!r.ok() && r.status().code() == StatusCode::kUnavailable) {
+    if (m.run->StarvedOfSlots()) {
+      return Status::Unavailable(
+          "loader: the caller holds every batch slot (" + std::to_string(m.opt.prefetch + 2) +
+          "); drop batches no longer needed, or raise LoaderOptions::prefetch");
+    }
+    r = m.run->queue().Pop(std::chrono::milliseconds(100));
+  }
   const Clock::time_point t1 = Clock::now();
   m.counters->queue_depth = static_cast<int64_t>(m.run->queue().size());
   if (!r.ok()) {

@@ -71,6 +71,12 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
 
 LoaderRun::~LoaderRun() { Stop(); }
 
+bool LoaderRun::StarvedOfSlots() const {
+  const SlotSource& src = batcher_ ? batcher_->slots() : packer_->slots();
+  BufferPool* pool = src.pool();
+  return pool != nullptr && pool->stats().waiting > 0 && queue_.size() == 0;
+}
+
 void LoaderRun::Start() {
   lanes_->Start();
   thread_ = std::thread([this] { Assemble(); });

@@ -169,6 +169,25 @@ TEST_F(LoaderTest, NoThreadBeforeFirstNextAndPromptShutdownWithFullQueue) {
   EXPECT_EQ(b->rows(), 8);
 }
 
+TEST_F(LoaderTest, HoldingEverySlotIsAnErrorNotAHang) {
+  LoaderOptions o = FieldOptions(data_->manifest);
+  o.prefetch = 2;  // 4 slots
+  auto loader = *Loader::Create(o);
+  std::vector<Batch> held;
+  Status err;
+  for (int i = 0; i < 10 && err.ok(); ++i) {
+    auto b = loader->next();
+    if (b.ok()) held.push_back(*b); else err = b.status();
+  }
+  EXPECT_EQ(err.code(), StatusCode::kUnavailable) << err;
+  EXPECT_NE(err.message().find("holds every batch slot"), std::string::npos) << err;
+  EXPECT_EQ(held.size(), 4u);
+  held.clear();  // released: the loader goes on
+  auto b = loader->next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(b->empty());
+}
+
 TEST_F(LoaderTest, StopMakesNextCancelled) {
   auto loader = *Loader::Create(FieldOptions(data_->manifest));
   ASSERT_TRUE(loader->next().ok());
