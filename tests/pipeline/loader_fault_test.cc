@@ -87,6 +87,21 @@ TEST(LoaderFaultTest, UndecodableFieldNamesSampleAndShard) {
   EXPECT_NE(b.status().message().find(".tar"), std::string::npos) << b.status();
 }
 
+// Sanitizers keep shadow memory and freed blocks (quarantine) resident, so
+// RSS says nothing about the loader there; the bound is checked in plain
+// builds (the default test run) only.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 size_t RssBytes() {
   std::ifstream f("/proc/self/statm");
   size_t pages_total = 0, pages_rss = 0;
@@ -126,7 +141,10 @@ TEST(LoaderFaultTest, RssStaysWithinBudgetOnDataTwentyTimesLarger) {
     }
   }
   EXPECT_GT(seen, uint64_t{20} * o.memory_budget);
-  EXPECT_LT(peak - base, o.memory_budget) << "grew by " << ((peak - base) >> 10) << " KiB";
+  std::printf("RSS grew by %zu KiB (budget %zu KiB) while streaming %llu MiB\n",
+              (peak - base) >> 10, o.memory_budget >> 10,
+              static_cast<unsigned long long>(seen >> 20));
+  if (!kSanitized) EXPECT_LT(peak - base, o.memory_budget);
 }
 
 TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
