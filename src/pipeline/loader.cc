@@ -171,16 +171,19 @@ MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
   e.slots = nslots * slot;
   const uint64_t lanes = static_cast<uint64_t>(std::max(o.open_shards, o.reader_threads));
   const uint64_t chunk = o.read_chunk;
-  // Each open shard holds the chunk being parsed plus the one its buffered
-  // samples still point into.
-  e.read = lanes * 2 * chunk;
+  // Each open shard holds the chunk being parsed, the one its buffered
+  // samples still point into, and the tar reader keeps a couple of spare
+  // chunks for reuse.
+  e.read = lanes * 4 * chunk;
   // Samples in the lane rings, and in the shuffle buffer: a shuffled sample
   // may keep its whole read chunk alive, bounded here by twice its size.
   const double ring = static_cast<double>(lanes) * static_cast<double>(std::max<int64_t>(o.shard_queue, 1));
   const double shuffle = static_cast<double>(std::max<int64_t>(o.shuffle_buffer, 1));
   e.buffered = static_cast<uint64_t>(ring * avg + shuffle * std::min(2 * avg, static_cast<double>(chunk)));
-  // Thread stacks in use, rings, tables, allocator slack.
-  e.buffered += uint64_t{1} << 20;
+  // Allocator slack (per-thread arenas, fragmentation from fields copied
+  // out of chunk boundaries): a quarter more, plus thread stacks in use,
+  // rings and tables.
+  e.buffered += (e.slots + e.read + e.buffered) / 4 + (uint64_t{2} << 20);
   return e;
 }
 

@@ -111,8 +111,8 @@ size_t RssBytes() {
 
 TEST(LoaderFaultTest, RssStaysWithinBudgetOnDataTwentyTimesLarger) {
   TempDir dir;
-  DatasetSpec spec{8, 205};
-  spec.pad_bytes = 100 << 10;  // ~100 KiB samples, 160 MiB in all
+  DatasetSpec spec{8, 320};
+  spec.pad_bytes = 100 << 10;  // ~100 KiB samples, 250 MiB in all
   auto d = testing::WriteDataset(dir.path(), spec);
   LoaderOptions o = FieldOptions(d.manifest);
   o.fields = {FieldSpec{"x.npy"}, FieldSpec{"pad.bin", "", FieldDecode::kRaw}};
@@ -124,7 +124,7 @@ TEST(LoaderFaultTest, RssStaysWithinBudgetOnDataTwentyTimesLarger) {
   o.shard_queue = 4;
   o.shuffle_buffer = 8;
   o.variable_bytes = 64 << 10;
-  o.memory_budget = 8 << 20;  // the data set is 20 times larger
+  o.memory_budget = 12 << 20;  // the data set is 20 times larger
   auto loader = Loader::Create(o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   const size_t base = RssBytes();
