@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <initializer_list>
+
 bool CudaRuntime::Load(const char** why) {
   void* lib = nullptr;
   for (const char* name : {"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"}) {
