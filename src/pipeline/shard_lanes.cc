@@ -162,6 +162,13 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
   lane->read = 0;
   int64_t skip = r.first;
   if (config_.cache != nullptr) {
+    // Tell the cache what comes after this range, so it downloads ahead
+    // (ranges are opened roughly in plan order across the lanes).
+    std::vector<ShardRef> upcoming;
+    const size_t at = static_cast<size_t>(&r - ranges_.data());
+    for (size_t j = at + 1; j < ranges_.size() && upcoming.size() < 16; ++j)
+      upcoming.push_back(ranges_[j].ref);
+    config_.cache->Prefetch(upcoming);
     auto stream = config_.cache->Open(r.ref);
     if (!stream.ok()) return stream.status();
     ++counters_->cache_opens;

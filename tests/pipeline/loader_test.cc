@@ -217,3 +217,33 @@ TEST(LoaderConfigTest, RejectsBadOptionsAndBudgets) {
 
 }  // namespace
 }  // namespace shardstream
+
+namespace shardstream {
+namespace {
+
+TEST(LoaderCacheTest, ReadsThroughTheShardCacheWithTheSameBatches) {
+  TempDir data, cache_dir;
+  auto d = testing::WriteDataset(data.path(), DatasetSpec{4, 30});
+  ShardCacheOptions co;
+  co.dir = cache_dir.path();
+  co.limit_bytes = uint64_t{1} << 30;
+  co.sync_entries = false;
+  auto cache = ShardCache::Create(co);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  LoaderOptions o = FieldOptions(d.manifest);
+  const auto direct = DrainIds(Loader::Create(o)->get());
+  o.cache = std::shared_ptr<ShardCache>(std::move(*cache));
+  auto loader = *Loader::Create(o);
+  EXPECT_EQ(DrainIds(loader.get()), direct);
+  o.cache->WaitIdle();  // every entry published
+  ASSERT_TRUE(loader->set_epoch(0).ok());
+  EXPECT_EQ(DrainIds(loader.get()), direct);  // now from cache entries
+  LoaderStats s = loader->stats();
+  EXPECT_GT(s.read_bytes["cache"], 0u);
+  EXPECT_EQ(s.read_bytes.count("file"), 0u);
+  // The second epoch hits every shard; the first may hit those prefetched in time.
+  EXPECT_GE(s.cache_hit_rate, 0.5);
+}
+
+}  // namespace
+}  // namespace shardstream
