@@ -178,7 +178,7 @@ int Run(const Args& a) {
       if (b->empty()) break;
       ++nb;
       ns += static_cast<uint64_t>(b->num_samples());
-      for (size_t i = 0; i < b->num_tensors(); ++i) tb += b->tensor(i).nbytes;
+      tb += b->nbytes();
     }
     double lt = Since(t0);
     if (run == 0) continue;

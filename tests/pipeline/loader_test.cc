@@ -247,3 +247,28 @@ TEST(LoaderCacheTest, ReadsThroughTheShardCacheWithTheSameBatches) {
 
 }  // namespace
 }  // namespace shardstream
+
+namespace shardstream {
+namespace {
+
+TEST(LoaderPatternTest, BracePatternReadsWholeShardsWithoutResumeState) {
+  TempDir data;
+  auto d = testing::WriteDataset(data.path(), DatasetSpec{3, 20});
+  std::multiset<int64_t> all;
+  for (int w = 0; w < 3; ++w) {
+    LoaderOptions o = FieldOptions(data.path() + "/shard-{000000..000002}.tar");
+    o.num_workers = 3;
+    o.worker = w;
+    auto loader = Loader::Create(o);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    EXPECT_EQ((*loader)->samples_per_epoch(), -1);
+    auto ids = DrainIds(loader->get());
+    EXPECT_EQ(ids.size(), 20u);  // one whole shard each
+    all.insert(ids.begin(), ids.end());
+    EXPECT_EQ((*loader)->state().status().code(), StatusCode::kConfig);
+  }
+  EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), 60u);
+}
+
+}  // namespace
+}  // namespace shardstream
