@@ -7,6 +7,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -137,23 +139,33 @@ int Run(const Args& a) {
     urls.push_back(e.resolved.empty() ? e.url : e.resolved);
     file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   }
-  std::vector<char> buf(static_cast<size_t>(*chunk));
   std::vector<double> plain_s, reader_s, loader_s;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
+    // The plain read uses as many threads as the loader has readers (the
+    // same cores), each reading every threads-th file in 'chunk' reads.
     auto t0 = Clock::now();
-    uint64_t read = 0;
-    for (const std::string& u : urls) {
-      auto in = DefaultSource()->OpenInputStream(u, 0);
-      if (!in.ok()) { std::cerr << "bench-loader: " << in.status() << "\n"; return 1; }
-      while (true) {
-        auto n = (*in)->Read(buf.size(), buf.data());
-        if (!n.ok() || *n == 0) break;
-        read += *n;
-      }
+    std::atomic<uint64_t> read{0};
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < a.threads; ++t) {
+      pool.emplace_back([&, t] {
+        std::vector<char> b(static_cast<size_t>(*chunk));
+        for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(a.threads)) {
+          auto in = DefaultSource()->OpenInputStream(urls[i], 0);
+          if (!in.ok()) { failed = true; return; }
+          while (true) {
+            auto n = (*in)->Read(b.size(), b.data());
+            if (!n.ok() || *n == 0) break;
+            read += *n;
+          }
+        }
+      });
     }
+    for (auto& th : pool) th.join();
+    if (failed) { std::cerr << "bench-loader: cannot read a shard\n"; return 1; }
     double plain = Since(t0);
-    if (file_bytes == 0) file_bytes = read;
+    if (file_bytes == 0) file_bytes = read.load();
     t0 = Clock::now();
     uint64_t rs = 0;
     TarReaderOptions to;
@@ -207,6 +219,7 @@ int Run(const Args& a) {
       {"loader_file_gb_per_s", loader_gbs},
       {"loader_tensor_gb_per_s", static_cast<double>(tensor_bytes) / lt / 1e9},
       {"plain_read_gb_per_s", plain_gbs},
+      {"plain_read_threads", a.threads},
       {"ratio_to_plain_read", loader_gbs / plain_gbs},
       {"tar_reader_samples_per_s", static_cast<double>(reader_samples) / reader},
       {"ratio_to_tar_reader_samples", (static_cast<double>(samples) / lt) /
