@@ -107,6 +107,7 @@ Status SampleBatcher::Add(const RowInput& row) {
       w.SetBytes(i, r, row.fields[i].present ? decoded_[i].data : std::string_view());
     } else {
       char* dst = w.column(i) + static_cast<size_t>(r) * c.row_bytes;
+      if (c.row_bytes == 0) continue;
       if (row.fields[i].present) {
         std::memcpy(dst, decoded_[i].bytes().data(), c.row_bytes);
       } else {

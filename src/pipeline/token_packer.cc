@@ -128,7 +128,9 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
     const size_t base = static_cast<size_t>(row_ * L + col_);
     char* tok = w.column(kTokens) + base * tsz;
     const int64_t real = std::max<int64_t>(0, std::min(k, n - done));  // document tokens
-    if (tokens.dtype == opt_.dtype) {
+    if (real == 0) {
+      // only the end-of-document token in this chunk
+    } else if (tokens.dtype == opt_.dtype) {
       std::memcpy(tok, src + static_cast<size_t>(done) * isz, static_cast<size_t>(real) * tsz);
     } else {
       for (int64_t i = 0; i < real; ++i)
