@@ -104,8 +104,9 @@ void ShardLanes::Run(Group* g) {
         Produce(lane, &lane->ring[slot]);
         slot = (slot + 1) % lane->ring.size();
         ++made;
-        std::lock_guard<std::mutex> lock(g->mu);
-        done = lane->finished;  // set by Produce at the last range's end or an error
+        // Only this thread writes `finished` (under the lock, for the
+        // waiting predicate); reading it here needs no lock.
+        done = lane->finished;
       }
       {
         std::lock_guard<std::mutex> lock(g->mu);
