@@ -206,13 +206,16 @@ Status LoaderRun::Pipeline() {
       }
       if (known) --weight[lu];
       if (buffer.Put(&item, &out)) SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
-      counters_->shuffle_fill = static_cast<int64_t>(buffer.size());
+      // Relaxed: a seq_cst store is a full fence that waits for every store
+      // the batcher just made.
+      counters_->shuffle_fill.store(static_cast<int64_t>(buffer.size()),
+                                    std::memory_order_relaxed);
       break;
     }
   }
   while (!stop_.load() && buffer.Drain(&out)) {
     SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
-    counters_->shuffle_fill = static_cast<int64_t>(buffer.size());
+    counters_->shuffle_fill.store(static_cast<int64_t>(buffer.size()), std::memory_order_relaxed);
   }
   if (stop_.load()) return Status::Cancelled("loader stopped");
   return batcher_ ? batcher_->Flush() : packer_->Flush();

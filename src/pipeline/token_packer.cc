@@ -13,6 +13,7 @@
 
 #include "pipeline/batcher.h"
 #include "pipeline/decode_error.h"
+#include "pipeline/stream_store.h"
 
 namespace shardstream::internal {
 namespace {
@@ -131,24 +132,20 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
     if (real == 0) {
       // only the end-of-document token in this chunk
     } else if (tokens.dtype == opt_.dtype) {
-      std::memcpy(tok, src + static_cast<size_t>(done) * isz, static_cast<size_t>(real) * tsz);
+      StreamCopy(tok, src + static_cast<size_t>(done) * isz, static_cast<size_t>(real) * tsz);
     } else {
       for (int64_t i = 0; i < real; ++i)
         StoreInt(tok + i * tsz, opt_.dtype, LoadInt(src + (done + i) * isz, tokens.dtype));
     }
     if (real < k) StoreInt(tok + real * tsz, opt_.dtype, opt_.eod_token);
     if (opt_.document_metadata || !pack) {
-      int32_t* __restrict pos = reinterpret_cast<int32_t*>(w.column(kPositions)) + base;
-      const int32_t first = static_cast<int32_t>(done);
-      const int32_t kk = static_cast<int32_t>(k);
-      for (int32_t i = 0; i < kk; ++i) pos[i] = first + i;
+      int32_t* pos = reinterpret_cast<int32_t*>(w.column(kPositions)) + base;
+      StreamSeqI32(pos, static_cast<int32_t>(done), 1, static_cast<size_t>(k));
     }
     if (pack) {
       if (opt_.document_metadata) {
-        int32_t* __restrict doc = reinterpret_cast<int32_t*>(w.column(kSecond)) + base;
-        const int32_t v = doc_in_row_;
-        const int32_t kk = static_cast<int32_t>(k);
-        for (int32_t i = 0; i < kk; ++i) doc[i] = v;
+        int32_t* doc = reinterpret_cast<int32_t*>(w.column(kSecond)) + base;
+        StreamSeqI32(doc, doc_in_row_, 0, static_cast<size_t>(k));
       }
     } else {
       uint8_t* mask = reinterpret_cast<uint8_t*>(w.column(kSecond)) + base;
@@ -165,6 +162,7 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
       if (row_ == batch_size_) {
         if (done < total) w.set_carry(row.id, done);
         row_ = 0;
+        StreamFence();  // the streamed stores are visible before the batch is
         SHARDSTREAM_RETURN_IF_ERROR(slots_.EmitBatch());
       }
     } else {
@@ -178,6 +176,7 @@ Status TokenPacker::Flush() {
   if (!slots_.ready() || !slots_.writer().active()) return Status::OK();
   if (col_ > 0) SHARDSTREAM_RETURN_IF_ERROR(EndRow());
   row_ = 0;
+  StreamFence();
   return slots_.EmitBatch();
 }
 
