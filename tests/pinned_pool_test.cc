@@ -5,6 +5,9 @@
 #include <atomic>
 #include <cstring>
 #include <thread>
+#include <vector>
+
+#include "support/alloc_counter.h"
 
 namespace shardstream {
 namespace {
@@ -82,6 +85,36 @@ TEST(HostAllocatorTest, NoCudaOnThisMachineMeansPageableDefault) {
     EXPECT_EQ(DefaultHostAllocator()->kind(), HostMemoryKind::kCudaPinned);
   }
   EXPECT_STREQ(HostMemoryKindName(HostMemoryKind::kCudaPinned), "cuda_pinned");
+}
+
+TEST(BufferPoolTest, SteadyStateAcquireReleaseAllocatesNothing) {
+  auto pool = *BufferPool::Create(Small(3));
+  {  // warm up: slots and control blocks are allocated once
+    auto a = pool->Acquire();
+    auto b = pool->Acquire();
+    auto c = pool->Acquire();
+  }
+  testing::AllocationCounter counter;
+  for (int i = 0; i < 1000; ++i) {
+    auto a = pool->Acquire();
+    auto b = pool->Acquire();
+    ASSERT_TRUE(a.ok() && b.ok());
+    std::shared_ptr<HostBuffer> copy = *a;  // a second holder, as Python would be
+    a->reset();
+  }
+  if (testing::AllocationCounter::available()) EXPECT_EQ(counter.count(), 0u);
+  EXPECT_EQ(pool->stats().allocations, 3u);
+}
+
+TEST(BufferPoolTest, BufferOutlivesPoolAcrossThreads) {
+  std::vector<std::shared_ptr<HostBuffer>> held;
+  {
+    auto pool = *BufferPool::Create(Small(4));
+    for (int i = 0; i < 4; ++i) held.push_back(*pool->Acquire());
+  }
+  std::vector<std::thread> threads;
+  for (auto& h : held) threads.emplace_back([b = std::move(h)]() mutable { b.reset(); });
+  for (auto& t : threads) t.join();
 }
 
 TEST(BufferPoolTest, RejectsEmptyConfig) {

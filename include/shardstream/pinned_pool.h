@@ -75,6 +75,7 @@ struct BufferPoolStats {
   uint64_t acquires = 0;     // buffers lent out (ever)
   uint64_t in_use = 0;       // buffers lent out now
   uint64_t waits = 0;        // Acquire calls that had to wait for a return
+  uint64_t waiting = 0;      // Acquire calls waiting now
 };
 
 class SHARDSTREAM_EXPORT BufferPool {
@@ -95,8 +96,9 @@ class SHARDSTREAM_EXPORT BufferPool {
   size_t slot_bytes() const;
   BufferPoolStats stats() const;
 
+  struct State;  // internal; public only for the implementation's helpers
+
  private:
-  struct State;
   explicit BufferPool(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;
 };

@@ -1,0 +1,42 @@
+// DType: the element types of decoded fields and batch tensors, with NumPy's
+// names ("int32") and array-protocol codes ("<i4"). Every multi-byte type is
+// little-endian in memory, as on every machine shardstream supports.
+//
+// Thread-safety: plain functions on values.
+#ifndef SHARDSTREAM_DTYPE_H_
+#define SHARDSTREAM_DTYPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "shardstream/export.h"
+#include "shardstream/result.h"
+
+namespace shardstream {
+
+enum class DType : uint8_t {
+  kBool, kUint8, kInt8, kUint16, kInt16, kUint32, kInt32, kUint64, kInt64,
+  kFloat16, kBFloat16, kFloat32, kFloat64,
+};
+
+// Bytes per element.
+SHARDSTREAM_EXPORT size_t DTypeSize(DType t);
+// NumPy name: "int32", "float16", "bfloat16", "bool", ...
+SHARDSTREAM_EXPORT std::string_view DTypeName(DType t);
+// Array-protocol code: "<i4", "|u1", "|b1", ... (bfloat16: "<V2"; callers
+// that export to NumPy must special-case it).
+SHARDSTREAM_EXPORT std::string_view DTypeCode(DType t);
+// Accepts a NumPy name ("int32", "uint8", "float", "bf16" ...) or a code
+// ("<i4", "|u1", "i4"). On failure returns kConfig naming the text.
+SHARDSTREAM_EXPORT Result<DType> ParseDType(std::string_view text);
+// True for the signed and unsigned integer types.
+SHARDSTREAM_EXPORT bool IsInteger(DType t);
+
+// The largest number of dimensions of a field or tensor (batch dimension
+// included).
+inline constexpr int kMaxDims = 8;
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_DTYPE_H_

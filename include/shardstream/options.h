@@ -1,0 +1,139 @@
+// Options of the Loader (loader.h): what to read, how to split it among
+// consumers, how to shuffle, decode and batch it, and how many threads and
+// how much memory to use. Every field has a documented default; only
+// `manifest` (or `pattern`) and `fields` (or `tokens`) must be set.
+//
+// Thread-safety: a plain value.
+#ifndef SHARDSTREAM_OPTIONS_H_
+#define SHARDSTREAM_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardstream/decode.h"
+#include "shardstream/dtype.h"
+#include "shardstream/pinned_pool.h"
+#include "shardstream/shard_cache.h"
+#include "shardstream/source.h"
+#include "shardstream/tar_reader.h"
+
+namespace shardstream {
+
+enum class TokenLayout {
+  // Documents are concatenated, each followed by eod_token, and cut into rows
+  // of seq_len: tensors "tokens" [B, L], "doc_ids" [B, L] int32 (document
+  // number within the row, from 0; -1 on padding) and "positions" [B, L]
+  // int32 (position within the document; continues when a document goes on
+  // in the next row). What does not fit is carried into the next row and
+  // batch; only the epoch's very last row is padded.
+  kPack,
+  // One document per row, padded with pad_token: "tokens" [B, L], "mask"
+  // [B, L] uint8 (1 = real token), "positions" [B, L] int32 and "lengths" [B]
+  // int32. A document longer than seq_len continues in the next rows.
+  kPad,
+};
+
+// Language-model token batches. Enabled when `field` is non-empty; then
+// `Loader` batches tokens instead of `fields`.
+struct TokenOptions {
+  // The field holding a document's tokens: a 1-D integer .npy, or raw
+  // little-endian integers of `input_dtype` (any other name). Default: "".
+  std::string field;
+  // Element type of raw token fields. Default: int32.
+  DType input_dtype = DType::kInt32;
+  // Element type of the "tokens" tensor. Default: int32.
+  DType dtype = DType::kInt32;
+  // Row length. Default: 2048.
+  int64_t seq_len = 2048;
+  // Default: kPack.
+  TokenLayout layout = TokenLayout::kPack;
+  // Appended after each document in kPack; -1 for none. Default: -1.
+  int64_t eod_token = -1;
+  // Fills padding. Default: 0.
+  int64_t pad_token = 0;
+  // kPack: also make "doc_ids" and "positions". Without them a batch is the
+  // "tokens" tensor alone (a third of the bytes to write), for models that
+  // attend across document boundaries. Default: true.
+  bool document_metadata = true;
+};
+
+struct LoaderOptions {
+  // --- data ---
+  // A manifest url (.jsonl, .csv, .json) or a brace pattern
+  // ("data-{000000..000099}.tar"). Required.
+  std::string manifest;
+  // Where urls are opened. Default: null (DefaultSource()).
+  Source* source = nullptr;
+  // Shards are read through this node-local cache when set (shared with
+  // other loaders and processes; see shard_cache.h). Default: null.
+  std::shared_ptr<ShardCache> cache;
+
+  // --- topology and order ---
+  int rank = 0;          // Default: 0
+  int world_size = 1;    // Default: 1
+  int worker = 0;        // Default: 0
+  int num_workers = 1;   // Default: 1
+  uint64_t seed = 0;     // Default: 0
+  int64_t epoch = 0;     // first epoch; later ones via set_epoch(). Default: 0
+  // Pad (true) instead of drop (false) the samples left over when the epoch
+  // does not divide evenly among consumers. Default: false.
+  bool pad_remainder = false;
+  // Samples held for shuffling; 0 or 1 disables the sample shuffle (shards
+  // are still read in the plan's seeded order). Default: 1000.
+  int64_t shuffle_buffer = 1000;
+  // Samples the buffer holds before it lets the first one out; -1 means
+  // shuffle_buffer. Smaller values start faster and shuffle less at first.
+  // Default: -1.
+  int64_t shuffle_initial = -1;
+
+  // --- batches ---
+  // Samples (or token rows) per batch. Default: 32.
+  int64_t batch_size = 32;
+  // Drop the last, smaller batch of an epoch (sample batches only; token
+  // batches never drop tokens). Default: false.
+  bool drop_last = false;
+  // Fields taken from each sample, in tensor order. Default: empty.
+  std::vector<FieldSpec> fields;
+  // Token batching (see TokenOptions). Default: off.
+  TokenOptions tokens;
+  // Bytes per batch reserved in the slot for byte/string fields and sample
+  // keys; a batch needing more spills them to the heap. Default: 1 MiB.
+  size_t variable_bytes = size_t{1} << 20;
+
+  // --- threads and memory ---
+  // Batches ready ahead of the caller. Default: 4.
+  int64_t prefetch = 4;
+  // Threads reading shards. Default: 2.
+  int reader_threads = 2;
+  // Shards open at once, interleaved sample by sample in a fixed seeded
+  // order; at least reader_threads. Default: 4.
+  int open_shards = 4;
+  // Read-buffer size per open shard (the tar reader's chunk). Default: 4 MiB.
+  size_t read_chunk = size_t{4} << 20;
+  // Samples buffered per open shard between its reader and the interleaver.
+  // Default: 64.
+  int64_t shard_queue = 64;
+  // Upper bound on the loader's resident memory (batch slots, shuffle buffer
+  // estimate, read buffers); Loader::Create fails with kConfig when the
+  // options cannot fit. 0 means no check. Default: 0.
+  size_t memory_budget = 0;
+  // Host memory for batch slots. Default: null (DefaultHostAllocator():
+  // CUDA pinned when available).
+  std::shared_ptr<HostAllocator> allocator;
+
+  // --- errors and telemetry ---
+  // What a corrupt shard or sample does: kRaise reaches the caller's next();
+  // the skip policies drop and count. Default: kRaise.
+  ErrorPolicy error_policy = ErrorPolicy::kRaise;
+  // Tar reader engine. Default: kFast.
+  TarEngine engine = TarEngine::kFast;
+  // Seconds between "loader: ..." log lines; 0 for none. Default: 0.
+  double log_interval_s = 0;
+};
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_OPTIONS_H_

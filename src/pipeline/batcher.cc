@@ -1,0 +1,132 @@
+// Stacks decoded sample fields into pool slots (SampleBatcher) and the
+// SlotSource both batchers share. Token packing is in token_packer.cc.
+#include "pipeline/batcher.h"
+
+#include <cstring>
+
+#include "pipeline/decode_error.h"
+
+using shardstream::internal::FieldError;
+
+namespace shardstream::internal {
+
+Status SlotSource::Init(std::shared_ptr<const BatchLayout> layout) {
+  BufferPoolOptions o;
+  o.slot_bytes = layout->slot_bytes;
+  o.slots = config_.slots;
+  o.allocator = config_.allocator;
+  SHARDSTREAM_ASSIGN_OR_RETURN(pool_, BufferPool::Create(std::move(o)));
+  pool_ptr_.store(pool_.get(), std::memory_order_release);
+  writer_ = std::make_unique<BatchWriter>(std::move(layout));
+  return Status::OK();
+}
+
+Status SlotSource::EnsureBatch() {
+  if (writer_->active()) return Status::OK();
+  SHARDSTREAM_ASSIGN_OR_RETURN(std::shared_ptr<HostBuffer> slot, pool_->Acquire());
+  writer_->Begin(std::move(slot), urls_, epoch_, next_index_++);
+  return Status::OK();
+}
+
+Status SlotSource::EmitBatch() {
+  if (!writer_ || !writer_->active()) return Status::OK();
+  return emit_(writer_->Finish());
+}
+
+SampleBatcher::SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, PoolConfig pool,
+                             EmitFn emit)
+    : fields_(std::move(fields)),
+      batch_size_(batch_size),
+      slots_(std::move(pool), std::move(emit)),
+      decoded_(fields_.size()) {}
+
+Status SampleBatcher::InitLayout(const std::vector<DecodedField>& decoded) {
+  std::vector<ColumnLayout> cols;
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    const DecodedField& d = decoded[i];
+    ColumnLayout c;
+    c.name = fields_[i].output_name();
+    c.is_bytes = !d.is_tensor;
+    c.is_string = d.is_string;
+    c.dtype = d.dtype;
+    c.ndim = d.ndim;
+    for (int k = 0; k < d.ndim; ++k) c.shape[k] = d.shape[k];
+    c.row_bytes = c.is_bytes ? 0 : static_cast<size_t>(d.elements()) * DTypeSize(d.dtype);
+    cols.push_back(std::move(c));
+  }
+  return slots_.Init(BatchLayout::Make(std::move(cols), batch_size_, batch_size_,
+                                       slots_.arena_bytes()));
+}
+
+Status SampleBatcher::Add(const RowInput& row) {
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    const FieldSpec& spec = fields_[i];
+    const FieldRef& f = row.fields[i];
+    FieldContext ctx{row.key, spec.name, row.url, f.present ? f.offset : row.offset};
+    if (!f.present) {
+      if (!spec.optional) return FieldError(ctx, 0, "sample has no field '" + spec.name + "'");
+      if (!slots_.ready())
+        return Status::Config("optional field '" + spec.name +
+                              "' is missing from the first sample; its type is unknown");
+      decoded_[i] = DecodedField();
+      decoded_[i].is_tensor = !slots_.writer().layout().columns[i].is_bytes;
+      decoded_[i].data = {};
+      continue;
+    }
+    SHARDSTREAM_ASSIGN_OR_RETURN(decoded_[i], DecodeField(f.data, spec, ctx));
+  }
+  if (!slots_.ready()) SHARDSTREAM_RETURN_IF_ERROR(InitLayout(decoded_));
+  // Check every field before writing any, so a skipped sample leaves no trace.
+  const BatchLayout& layout = slots_.writer().layout();
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    const ColumnLayout& c = layout.columns[i];
+    const DecodedField& d = decoded_[i];
+    if (!row.fields[i].present) continue;
+    FieldContext ctx{row.key, fields_[i].name, row.url, row.fields[i].offset};
+    if (c.is_bytes != !d.is_tensor)
+      return FieldError(ctx, 0, "field changed from tensor to bytes between samples");
+    if (c.is_bytes) continue;
+    bool same = d.dtype == c.dtype && d.ndim == c.ndim;
+    for (int k = 0; same && k < d.ndim; ++k) same = d.shape[k] == c.shape[k];
+    if (!same) {
+      std::string want = std::string(DTypeName(c.dtype)) + "[";
+      for (int k = 0; k < c.ndim; ++k) want += (k ? "," : "") + std::to_string(c.shape[k]);
+      std::string got = std::string(DTypeName(d.dtype)) + "[";
+      for (int k = 0; k < d.ndim; ++k) got += (k ? "," : "") + std::to_string(d.shape[k]);
+      return FieldError(ctx, 0, "is " + got + "] but the batch stacks " + want +
+                                    "] (use a bytes field or token batching for "
+                                    "variable shapes)");
+    }
+  }
+  SHARDSTREAM_RETURN_IF_ERROR(slots_.EnsureBatch());
+  BatchWriter& w = slots_.writer();
+  const int64_t r = w.rows();
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    const ColumnLayout& c = layout.columns[i];
+    if (c.is_bytes) {
+      w.SetBytes(i, r, row.fields[i].present ? decoded_[i].data : std::string_view());
+    } else {
+      char* dst = w.column(i) + static_cast<size_t>(r) * c.row_bytes;
+      if (c.row_bytes == 0) continue;
+      if (row.fields[i].present) {
+        std::memcpy(dst, decoded_[i].bytes().data(), c.row_bytes);
+      } else {
+        std::memset(dst, 0, c.row_bytes);
+      }
+    }
+  }
+  w.AddSample(row.id, row.key);
+  w.set_rows(r + 1);
+  if (r + 1 == batch_size_) return slots_.EmitBatch();
+  return Status::OK();
+}
+
+Status SampleBatcher::Flush(bool drop) {
+  if (drop && slots_.ready() && slots_.writer().active()) {
+    Batch dropped = slots_.writer().Finish();  // its slot goes back to the pool
+    return Status::OK();
+  }
+  return slots_.EmitBatch();
+}
+
+}  // namespace shardstream::internal
