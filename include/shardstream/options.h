@@ -16,6 +16,7 @@
 #include "shardstream/decode.h"
 #include "shardstream/dtype.h"
 #include "shardstream/pinned_pool.h"
+#include "shardstream/shard_cache.h"
 #include "shardstream/source.h"
 #include "shardstream/tar_reader.h"
 
@@ -62,6 +63,9 @@ struct LoaderOptions {
   std::string manifest;
   // Where urls are opened. Default: null (DefaultSource()).
   Source* source = nullptr;
+  // Shards are read through this node-local cache when set (shared with
+  // other loaders and processes; see shard_cache.h). Default: null.
+  std::shared_ptr<ShardCache> cache;
 
   // --- topology and order ---
   int rank = 0;          // Default: 0

@@ -1,0 +1,158 @@
+// Loader: the C++ face of the pipeline. It reads this consumer's part of an
+// epoch (EpochPlan: rank x worker), shuffles, decodes and batches it on
+// background threads, and hands out batches in pooled (pinned when CUDA is
+// present) host memory:
+//
+//   auto loader = *Loader::Create(options);
+//   for (int64_t e = 0; e < epochs; ++e) {
+//     loader->set_epoch(e);
+//     while (true) {
+//       auto batch = loader->next();        // Result<Batch>
+//       if (!batch.ok()) return batch.status();
+//       if (batch->empty()) break;          // end of the epoch
+//       Train(*batch);
+//     }
+//   }
+//
+// Determinism: the batches depend only on the manifest, the options (seed,
+// epoch, topology, batch and shuffle settings), never on thread timing or
+// thread counts (reader_threads). Shards are interleaved sample by sample
+// in an order drawn from the seed.
+//
+// Exactly once: state() records what next() has returned so far (samples in
+// the shuffle buffer or the queue are not delivered); restore() resumes the
+// epoch with exactly the rest, also with another world size or worker count
+// (merge the ranks' states with MergeLoaderStates first).
+//
+// Threads start at the first next() after Create, set_epoch or restore,
+// never before (a Python process may fork until then). The destructor stops
+// and joins them promptly, also while they are blocked on a full queue.
+//
+// Thread-safety: next(), set_epoch(), state() and restore() are called by one
+// thread (the training loop); stats() may be called from any thread.
+#ifndef SHARDSTREAM_LOADER_H_
+#define SHARDSTREAM_LOADER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardstream/batch.h"
+#include "shardstream/export.h"
+#include "shardstream/options.h"
+#include "shardstream/resume_state.h"
+#include "shardstream/result.h"
+
+namespace shardstream {
+
+// Where an epoch stands, as far as the caller has received batches.
+struct SHARDSTREAM_EXPORT LoaderState {
+  // The plan's delivered samples (see resume_state.h).
+  ResumeState resume;
+  // Token batches: a document whose first `tokens` tokens (end-of-document
+  // token included) were returned, the rest not yet. Its sample is not in
+  // `resume` as delivered; a restore skips those tokens.
+  struct Partial {
+    int64_t shard = 0;
+    int64_t sample = 0;
+    int64_t tokens = 0;
+  };
+  std::vector<Partial> partial;
+
+  // {"format":"shardstream-loader-state","version":1,"resume":{...},"partial":[...]}
+  std::string ToJson() const;
+  // On failure returns kCorrupt (malformed) or kConfig (unknown version).
+  static Result<LoaderState> FromJson(std::string_view json);
+};
+
+// Joins the states of the consumers of one epoch (e.g. every rank's), for a
+// restore with another topology. On failure returns kConfig as
+// MergeResumeStates does.
+SHARDSTREAM_EXPORT Result<LoaderState> MergeLoaderStates(const std::vector<LoaderState>& states);
+
+struct SHARDSTREAM_EXPORT LoaderStats {
+  int64_t epoch = 0;
+  uint64_t batches = 0;        // returned by next() since Create
+  uint64_t samples = 0;        // samples in those batches
+  uint64_t bytes = 0;          // tensor bytes in those batches
+  double seconds = 0;          // since the first next()
+  double batches_per_s = 0, samples_per_s = 0, bytes_per_s = 0;
+  // Shard bytes read, by where they came from: "cache" (cache hits),
+  // "file", "http", "s3", ... (the url scheme).
+  std::map<std::string, uint64_t> read_bytes;
+  // Time the caller waited inside next(), the GPU-idle proxy: counts per
+  // bucket, bucket i holding waits below wait_bucket_us[i] (the last one is
+  // unbounded).
+  std::vector<double> wait_bucket_us;
+  std::vector<uint64_t> wait_counts;
+  double wait_seconds = 0;     // total
+  double wait_p50_us = 0, wait_p99_us = 0;
+  int64_t queue_depth = 0, queue_capacity = 0;
+  int64_t shuffle_fill = 0, shuffle_capacity = 0;
+  // Cache hits / opens through the cache; -1 without a cache.
+  double cache_hit_rate = -1;
+  uint64_t skipped_samples = 0, skipped_shards = 0;
+  HostMemoryKind memory_kind = HostMemoryKind::kPageable;
+  uint64_t slot_bytes = 0, slots = 0;
+  uint64_t heap_spills = 0;    // batches whose byte fields spilled to the heap
+
+  // One line: "loader: epoch 0, 812 batches, 5.1 batches/s, ..." (the
+  // periodic log line).
+  std::string ToString() const;
+};
+
+class SHARDSTREAM_EXPORT Loader {
+ public:
+  // Reads the manifest and plans the first epoch. Starts no thread.
+  // On failure returns kConfig for invalid options (no manifest, no fields,
+  // batch_size < 1, rank/worker out of range, options that do not fit
+  // memory_budget, ...) or the manifest's read/parse error.
+  static Result<std::unique_ptr<Loader>> Create(LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next batch of the epoch, or an empty Batch at its end (and on every
+  // call after it until set_epoch or restore). A reader or decode error
+  // (per error_policy) is returned once, in stream order, naming shard and
+  // offset; the epoch then stops (later calls return it again).
+  // Returns kCancelled after Stop().
+  Result<Batch> next();
+
+  // Starts epoch `epoch` from its beginning (discarding what is in flight).
+  // On failure returns kConfig as Create does.
+  Status set_epoch(int64_t epoch);
+  int64_t epoch() const;
+
+  // What has been returned so far in this epoch.
+  // On failure returns kConfig when the manifest's sample counts are unknown
+  // (brace patterns), so nothing can be tracked.
+  Result<LoaderState> state() const;
+  // Continues the epoch of `state` with exactly its undelivered samples,
+  // split over this loader's topology. On failure returns kConfig when the
+  // state is of another data set or seed.
+  Status restore(const LoaderState& state);
+
+  // Samples this consumer gets in the current epoch (-1 when unknown).
+  int64_t samples_per_epoch() const;
+  // Batches next() will return in the current epoch (-1 when unknown).
+  int64_t batches_per_epoch() const;
+
+  LoaderStats stats() const;
+
+  // Stops and joins the threads; idempotent. next() then returns kCancelled.
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_LOADER_H_

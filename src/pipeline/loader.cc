@@ -1,0 +1,320 @@
+// Loader: plans the epoch, owns the per-epoch LoaderRun (threads start at
+// the first next()), tracks what the caller received for exactly-once
+// resume, and keeps the statistics.
+#include "shardstream/loader.h"
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+
+#include "common/log.h"
+#include "pipeline/loader_run.h"
+#include "pipeline/wait_histogram.h"
+#include "shardstream/delivery_tracker.h"
+#include "shardstream/shard_split.h"
+#include "shardstream/url.h"
+
+namespace shardstream {
+
+using Clock = std::chrono::steady_clock;
+
+class Loader::Impl {
+ public:
+  LoaderOptions opt;
+  Manifest manifest;
+  std::shared_ptr<const std::vector<std::string>> urls;
+  int64_t epoch = 0;
+  ConsumerPlan plan;
+  std::unique_ptr<DeliveryTracker> tracker;
+  // Token batches: partly delivered documents (from a restore, and the one
+  // the last returned batch left unfinished).
+  std::map<std::pair<int64_t, int64_t>, int64_t> partial;
+  std::unique_ptr<internal::LoaderRun> run;
+  std::unique_ptr<internal::RunCounters> counters = std::make_unique<internal::RunCounters>();
+  Status sticky;
+  bool ended = false;
+  bool stopped = false;
+  bool warned_untracked = false;
+
+  mutable std::mutex stats_mu;  // guards the fields below (stats() from any thread)
+  uint64_t batches = 0, samples = 0, bytes = 0;
+  bool timing = false;
+  Clock::time_point first_next, last_log;
+  internal::WaitHistogram waits;
+
+  Status Plan(const ResumeState* resume, int64_t e);
+  void EndRun() {
+    if (run) {
+      run->Stop();
+      run.reset();
+    }
+  }
+  Status Deliver(const Batch& b);
+};
+
+Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
+  EndRun();
+  PlanOptions po;
+  po.seed = opt.seed;
+  po.epoch = e;
+  po.world_size = opt.world_size;
+  po.rank = opt.rank;
+  po.num_workers = opt.num_workers;
+  po.worker = opt.worker;
+  po.remainder = opt.pad_remainder ? Remainder::kPad : Remainder::kDrop;
+  SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(manifest, po, resume));
+  tracker = std::make_unique<DeliveryTracker>(plan);
+  epoch = e;
+  ended = false;
+  sticky = Status::OK();
+  return Status::OK();
+}
+
+Status Loader::Impl::Deliver(const Batch& b) {
+  if (plan.num_samples < 0) return Status::OK();  // unknown counts: nothing to track
+  for (int64_t i = 0; i < b.num_samples(); ++i) {
+    SampleId id = b.sample(i);
+    Status s = tracker->MarkDelivered(id.shard, id.index);
+    if (!s.ok() && !warned_untracked) {
+      warned_untracked = true;
+      internal::Log().warn("loader: delivery not tracked: {}", s.ToString());
+    }
+    if (!partial.empty()) partial.erase({id.shard, id.index});
+  }
+  SampleId id;
+  int64_t tokens;
+  if (b.continued(&id, &tokens)) partial[{id.shard, id.index}] = tokens;
+  return Status::OK();
+}
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() { Stop(); }
+
+namespace {
+
+Status Validate(const LoaderOptions& o) {
+  if (o.manifest.empty()) return Status::Config("loader: no manifest or shard pattern given");
+  if (o.batch_size < 1) return Status::Config("loader: batch_size must be >= 1");
+  if (o.tokens.field.empty() && o.fields.empty())
+    return Status::Config("loader: give fields to batch, or tokens.field for token batches");
+  if (!o.tokens.field.empty()) {
+    if (o.tokens.seq_len < 1) return Status::Config("loader: tokens.seq_len must be >= 1");
+    if (!IsInteger(o.tokens.dtype) || !IsInteger(o.tokens.input_dtype))
+      return Status::Config("loader: token dtypes must be integer types");
+  }
+  if (o.fields.size() > 64) return Status::Config("loader: at most 64 fields");
+  for (const FieldSpec& f : o.fields)
+    if (f.name.empty()) return Status::Config("loader: a field spec has no name");
+  if (o.prefetch < 1) return Status::Config("loader: prefetch must be >= 1");
+  if (o.reader_threads < 1) return Status::Config("loader: reader_threads must be >= 1");
+  if (o.read_chunk < (size_t{64} << 10)) return Status::Config("loader: read_chunk must be >= 64 KiB");
+  return Status::OK();
+}
+
+// What the options make resident, for memory_budget (docs/pipeline.md).
+struct MemoryEstimate {
+  uint64_t slots = 0, read = 0, buffered = 0;
+  uint64_t total() const { return slots + read + buffered; }
+};
+
+MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
+  MemoryEstimate e;
+  double avg = 0;
+  int64_t n = 0, bytes = 0;
+  for (const ShardEntry& s : m.shards) {
+    if (s.nsamples > 0 && s.size > 0) {
+      n += s.nsamples;
+      bytes += s.size;
+    }
+  }
+  avg = n > 0 ? static_cast<double>(bytes) / static_cast<double>(n) : 64 * 1024;
+  const uint64_t nslots = static_cast<uint64_t>(o.prefetch) + 2;
+  uint64_t slot;
+  const uint64_t B = static_cast<uint64_t>(o.batch_size);
+  if (!o.tokens.field.empty()) {
+    uint64_t L = static_cast<uint64_t>(o.tokens.seq_len);
+    slot = B * L * (DTypeSize(o.tokens.dtype) + 4 + 4) + B * 4 + o.variable_bytes;
+  } else {
+    slot = static_cast<uint64_t>(static_cast<double>(B) * avg) + o.variable_bytes;
+  }
+  e.slots = nslots * slot;
+  const int lanes = std::max(o.open_shards, o.reader_threads);
+  // Each open shard holds the chunk being parsed plus the one its buffered
+  // samples still point into.
+  e.read = static_cast<uint64_t>(lanes) * 2 * o.read_chunk;
+  const double held = static_cast<double>(lanes * std::max<int64_t>(o.shard_queue, 1)) +
+                      2.0 * static_cast<double>(std::max<int64_t>(o.shuffle_buffer, 1));
+  e.buffered = static_cast<uint64_t>(held * avg);
+  return e;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
+  SHARDSTREAM_RETURN_IF_ERROR(Validate(options));
+  auto impl = std::make_unique<Impl>();
+  SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, LoadManifest(options.manifest, options.source));
+  if (options.memory_budget > 0) {
+    MemoryEstimate e = Estimate(options, impl->manifest);
+    if (e.total() > options.memory_budget)
+      return Status::Config("loader: the options need about " + std::to_string(e.total() >> 20) +
+                            " MiB (batch slots " + std::to_string(e.slots >> 20) +
+                            " MiB, read buffers " + std::to_string(e.read >> 20) +
+                            " MiB, buffered samples " + std::to_string(e.buffered >> 20) +
+                            " MiB), over memory_budget " +
+                            std::to_string(options.memory_budget >> 20) +
+                            " MiB; lower prefetch, batch_size, open_shards, read_chunk or "
+                            "shuffle_buffer");
+  }
+  auto urls = std::make_shared<std::vector<std::string>>();
+  for (const ShardEntry& s : impl->manifest.shards)
+    urls->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
+  impl->urls = std::move(urls);
+  impl->opt = std::move(options);
+  SHARDSTREAM_RETURN_IF_ERROR(impl->Plan(nullptr, impl->opt.epoch));
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+Result<Batch> Loader::next() {
+  Impl& m = *impl_;
+  if (m.stopped) return Status::Cancelled("loader stopped");
+  if (!m.sticky.ok()) return m.sticky;
+  if (m.ended) return Batch();
+  if (!m.run) {
+    internal::RunConfig rc;
+    rc.options = &m.opt;
+    rc.shards = &m.manifest.shards;
+    rc.urls = m.urls;
+    rc.plan = m.plan;
+    rc.epoch = m.epoch;
+    rc.skip_tokens = m.partial;
+    m.run = std::make_unique<internal::LoaderRun>(std::move(rc), m.counters.get());
+    m.run->Start();
+  }
+  const Clock::time_point t0 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(m.stats_mu);
+    if (!m.timing) {
+      m.timing = true;
+      m.first_next = m.last_log = t0;
+    }
+  }
+  Result<Batch> r = m.run->queue().Pop();
+  const Clock::time_point t1 = Clock::now();
+  m.counters->queue_depth = static_cast<int64_t>(m.run->queue().size());
+  if (!r.ok()) {
+    m.sticky = r.status();
+    m.EndRun();
+    return r.status();
+  }
+  bool log = false;
+  {
+    std::lock_guard<std::mutex> lock(m.stats_mu);
+    m.waits.Add(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (!r->empty()) {
+      ++m.batches;
+      m.samples += static_cast<uint64_t>(r->num_samples());
+      for (size_t i = 0; i < r->num_tensors(); ++i) m.bytes += r->tensor(i).nbytes;
+    }
+    if (m.opt.log_interval_s > 0 &&
+        std::chrono::duration<double>(t1 - m.last_log).count() >= m.opt.log_interval_s) {
+      m.last_log = t1;
+      log = true;
+    }
+  }
+  if (log) internal::Log().info("{}", stats().ToString());
+  if (r->empty()) {
+    m.ended = true;
+    m.EndRun();
+    return Batch();
+  }
+  SHARDSTREAM_RETURN_IF_ERROR(m.Deliver(*r));
+  return r;
+}
+
+Status Loader::set_epoch(int64_t epoch) {
+  if (impl_->stopped) return Status::Cancelled("loader stopped");
+  impl_->partial.clear();
+  return impl_->Plan(nullptr, epoch);
+}
+
+int64_t Loader::epoch() const { return impl_->epoch; }
+
+Result<LoaderState> Loader::state() const {
+  const Impl& m = *impl_;
+  if (m.plan.num_samples < 0)
+    return Status::Config("loader: no resume state without sample counts (" + m.plan.caveat + ")");
+  LoaderState s;
+  s.resume = m.tracker->State();
+  for (const auto& [id, tokens] : m.partial)
+    s.partial.push_back(LoaderState::Partial{id.first, id.second, tokens});
+  return s;
+}
+
+Status Loader::restore(const LoaderState& state) {
+  if (impl_->stopped) return Status::Cancelled("loader stopped");
+  SHARDSTREAM_RETURN_IF_ERROR(impl_->Plan(&state.resume, state.resume.epoch));
+  impl_->partial.clear();
+  for (const LoaderState::Partial& p : state.partial) impl_->partial[{p.shard, p.sample}] = p.tokens;
+  return Status::OK();
+}
+
+int64_t Loader::samples_per_epoch() const { return impl_->plan.num_samples; }
+
+int64_t Loader::batches_per_epoch() const {
+  const Impl& m = *impl_;
+  if (m.plan.num_samples < 0 || !m.opt.tokens.field.empty()) return -1;
+  const int64_t n = m.plan.num_samples, b = m.opt.batch_size;
+  return m.opt.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void Loader::Stop() {
+  impl_->stopped = true;
+  impl_->EndRun();
+}
+
+LoaderStats Loader::stats() const {
+  const Impl& m = *impl_;
+  const internal::RunCounters& c = *m.counters;
+  LoaderStats s;
+  s.epoch = m.epoch;
+  {
+    std::lock_guard<std::mutex> lock(m.stats_mu);
+    s.batches = m.batches;
+    s.samples = m.samples;
+    s.bytes = m.bytes;
+    if (m.timing) s.seconds = std::chrono::duration<double>(Clock::now() - m.first_next).count();
+    m.waits.Fill(&s);
+  }
+  if (s.seconds > 0) {
+    s.batches_per_s = static_cast<double>(s.batches) / s.seconds;
+    s.samples_per_s = static_cast<double>(s.samples) / s.seconds;
+    s.bytes_per_s = static_cast<double>(s.bytes) / s.seconds;
+  }
+  auto put = [&](const char* k, uint64_t v) {
+    if (v > 0) s.read_bytes[k] = v;
+  };
+  put("cache", c.bytes_cache);
+  put("file", c.bytes_file);
+  put("http", c.bytes_http);
+  put("s3", c.bytes_s3);
+  put("other", c.bytes_other);
+  s.queue_depth = c.queue_depth;
+  s.queue_capacity = std::max<int64_t>(m.opt.prefetch, 1);
+  s.shuffle_fill = c.shuffle_fill;
+  s.shuffle_capacity = m.opt.shuffle_buffer > 1 ? m.opt.shuffle_buffer : 0;
+  if (m.opt.cache) {
+    s.cache_hit_rate = c.cache_opens > 0 ? static_cast<double>(c.cache_hits) /
+                                               static_cast<double>(c.cache_opens)
+                                         : 0;
+  }
+  s.skipped_samples = c.skipped_samples + c.decode_skips;
+  s.skipped_shards = c.skipped_shards;
+  s.memory_kind = static_cast<HostMemoryKind>(c.memory_kind.load());
+  s.slot_bytes = c.slot_bytes;
+  s.slots = static_cast<uint64_t>(std::max<int64_t>(m.opt.prefetch, 1)) + 2;
+  s.heap_spills = c.heap_spills;
+  return s;
+}
+
+}  // namespace shardstream

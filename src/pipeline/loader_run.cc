@@ -1,0 +1,212 @@
+#include "pipeline/loader_run.h"
+
+#include "common/log.h"
+#include "pipeline/prng.h"
+#include "pipeline/shuffle_buffer.h"
+#include "shardstream/url.h"
+
+namespace shardstream::internal {
+namespace {
+
+// Stream ids keep the interleave and shuffle draws independent of the
+// plan's own draws and of each other.
+constexpr uint64_t kInterleaveStream = 0x696e746c;  // "intl"
+constexpr uint64_t kShuffleStream = 0x73687566;     // "shuf"
+
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t s = a * 0x9e3779b97f4a7c15ULL ^ b;
+  return SplitMix64(&s);
+}
+
+}  // namespace
+
+LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
+    : config_(std::move(config)),
+      opt_(*config_.options),
+      counters_(counters),
+      queue_(static_cast<size_t>(std::max<int64_t>(opt_.prefetch, 1))) {
+  std::vector<LaneRange> ranges;
+  for (const ShardRange& r : config_.plan.ranges) {
+    LaneRange lr;
+    lr.shard = r.shard;
+    lr.first = r.first;
+    lr.end = r.end;
+    lr.ref = ShardRef::FromEntry((*config_.shards)[static_cast<size_t>(r.shard)]);
+    ranges.push_back(std::move(lr));
+  }
+  LaneConfig lc;
+  lc.tar.policy = opt_.error_policy;
+  lc.tar.engine = opt_.engine;
+  lc.tar.chunk_size = opt_.read_chunk;
+  lc.tar.source = opt_.source;
+  lc.cache = opt_.cache.get();
+  lc.ring = static_cast<size_t>(std::max<int64_t>(opt_.shard_queue, 1));
+  lc.lanes = std::max(opt_.open_shards, opt_.reader_threads);
+  lc.threads = opt_.reader_threads;
+  lanes_ = std::make_unique<ShardLanes>(std::move(ranges), lc, counters_);
+
+  PoolConfig pool;
+  // Queue depth + the batch being assembled + the one the caller holds.
+  pool.slots = static_cast<size_t>(std::max<int64_t>(opt_.prefetch, 1)) + 2;
+  pool.allocator = opt_.allocator;
+  pool.arena_bytes = opt_.variable_bytes;
+  auto emit = [this](Batch&& b) { return Emit(std::move(b)); };
+  if (!opt_.tokens.field.empty()) {
+    packer_ = std::make_unique<TokenPacker>(opt_.tokens, opt_.batch_size, pool, emit);
+    packer_->slots().set_epoch(config_.epoch, config_.urls);
+    token_spec_.name = opt_.tokens.field;
+    if (DecodeForName(token_spec_.name) != FieldDecode::kNpy) {
+      token_spec_.decode = FieldDecode::kRaw;
+      token_spec_.dtype = opt_.tokens.input_dtype;
+      token_spec_.shape = {-1};
+    }
+  } else {
+    batcher_ = std::make_unique<SampleBatcher>(opt_.fields, opt_.batch_size, pool, emit);
+    batcher_->slots().set_epoch(config_.epoch, config_.urls);
+    refs_.resize(opt_.fields.size());
+  }
+}
+
+LoaderRun::~LoaderRun() { Stop(); }
+
+void LoaderRun::Start() {
+  lanes_->Start();
+  thread_ = std::thread([this] { Assemble(); });
+}
+
+void LoaderRun::Stop() {
+  stop_.store(true);
+  queue_.Cancel();
+  if (batcher_) batcher_->slots().Cancel();
+  if (packer_) packer_->slots().Cancel();
+  lanes_->Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status LoaderRun::Emit(Batch&& b) {
+  SlotSource& src = batcher_ ? batcher_->slots() : packer_->slots();
+  if (src.pool() != nullptr) {
+    counters_->slot_bytes = src.pool()->slot_bytes();
+    counters_->memory_kind = static_cast<int>(src.pool()->kind());
+    counters_->heap_spills = src.writer().overflows();
+  }
+  Status s = queue_.Push(std::move(b));
+  counters_->queue_depth = static_cast<int64_t>(queue_.size());
+  return s;
+}
+
+void LoaderRun::Assemble() {
+  Status s = Pipeline();
+  if (stop_.load()) return;
+  if (s.ok()) {
+    (void)queue_.PushEnd();
+  } else if (s.code() != StatusCode::kCancelled || !stop_.load()) {
+    (void)queue_.PushError(std::move(s));
+  }
+}
+
+Status LoaderRun::Process(LaneItem* item) {
+  const Sample& s = item->sample;
+  RowInput row;
+  row.id = SampleId{static_cast<int32_t>(item->shard), s.index};
+  row.key = s.key;
+  row.url = s.url;
+  row.offset = s.offset;
+  Status st;
+  if (packer_) {
+    const Field* f = s.Find(token_spec_.name);
+    FieldContext ctx{s.key, token_spec_.name, s.url, f ? f->offset : s.offset};
+    if (f == nullptr) {
+      st = Status(StatusCode::kCorrupt,
+                  "sample '" + s.key + "' in " + s.url + " at offset " + std::to_string(s.offset) +
+                      " has no token field '" + token_spec_.name + "'",
+                  s.url, static_cast<int64_t>(s.offset));
+    } else {
+      auto tokens = DecodeField(f->data, token_spec_, ctx);
+      if (tokens.ok()) {
+        int64_t skip = 0;
+        if (!config_.skip_tokens.empty()) {
+          auto it = config_.skip_tokens.find({item->shard, s.index});
+          if (it != config_.skip_tokens.end()) skip = it->second;
+        }
+        st = packer_->Add(row, *tokens, skip);
+      } else {
+        st = tokens.status();
+      }
+    }
+  } else {
+    for (size_t i = 0; i < opt_.fields.size(); ++i) {
+      const Field* f = s.Find(opt_.fields[i].name);
+      refs_[i] = f ? FieldRef{f->data, f->offset, true} : FieldRef{};
+    }
+    row.fields = refs_.data();
+    st = batcher_->Add(row);
+  }
+  // A bad sample under a skip policy is dropped and counted; the batch in
+  // progress is untouched (decoding and checks come before any write).
+  if (!st.ok() && st.code() == StatusCode::kCorrupt && opt_.error_policy != ErrorPolicy::kRaise) {
+    if (counters_->decode_skips.fetch_add(1) < 10) Log().warn("skipping sample: {}", st.ToString());
+    return Status::OK();
+  }
+  return st;
+}
+
+Status LoaderRun::Pipeline() {
+  const int nl = lanes_->lanes();
+  const bool known = config_.plan.num_samples >= 0;
+  // Lane weights: samples left (known counts) or 1 while a lane has ranges.
+  std::vector<int64_t> weight(static_cast<size_t>(nl), 0);
+  std::vector<size_t> ends_seen(static_cast<size_t>(nl), 0);
+  for (int l = 0; l < nl; ++l) {
+    for (size_t ri : lanes_->lane_ranges(l)) {
+      const LaneRange& r = lanes_->range(ri);
+      weight[static_cast<size_t>(l)] += known ? r.end - r.first : 1;
+    }
+    if (!known) weight[static_cast<size_t>(l)] = lanes_->lane_ranges(l).empty() ? 0 : 1;
+  }
+  const uint64_t consumer = static_cast<uint64_t>(config_.plan.consumer);
+  const uint64_t seed = Mix(Mix(opt_.seed, static_cast<uint64_t>(config_.epoch)), consumer);
+  Prng pick(seed, kInterleaveStream);
+  const bool shuffle = opt_.shuffle_buffer > 1;
+  ShuffleBuffer<LaneItem> buffer(
+      shuffle ? static_cast<size_t>(opt_.shuffle_buffer) : 1,
+      static_cast<size_t>(opt_.shuffle_initial < 0 ? opt_.shuffle_buffer : opt_.shuffle_initial),
+      seed, kShuffleStream);
+  LaneItem item, out;
+  while (!stop_.load()) {
+    int64_t total = 0;
+    for (int64_t w : weight) total += w;
+    if (total == 0) break;
+    uint64_t r = pick.Below(static_cast<uint64_t>(total));
+    int l = 0;
+    while (r >= static_cast<uint64_t>(weight[static_cast<size_t>(l)])) {
+      r -= static_cast<uint64_t>(weight[static_cast<size_t>(l)]);
+      ++l;
+    }
+    const size_t lu = static_cast<size_t>(l);
+    // Pop from lane l until it yields a sample (range ends pass by).
+    while (true) {
+      if (!lanes_->Pop(l, &item)) return Status::Cancelled("loader stopped");
+      if (item.kind == LaneItem::kError) return item.status;
+      if (item.kind == LaneItem::kEnd) {
+        if (++ends_seen[lu] == lanes_->lane_ranges(l).size()) {
+          weight[lu] = 0;
+          break;
+        }
+        continue;
+      }
+      if (known) --weight[lu];
+      if (buffer.Put(&item, &out)) SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
+      counters_->shuffle_fill = static_cast<int64_t>(buffer.size());
+      break;
+    }
+  }
+  while (!stop_.load() && buffer.Drain(&out)) {
+    SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
+    counters_->shuffle_fill = static_cast<int64_t>(buffer.size());
+  }
+  if (stop_.load()) return Status::Cancelled("loader stopped");
+  return batcher_ ? batcher_->Flush() : packer_->Flush();
+}
+
+}  // namespace shardstream::internal

@@ -1,0 +1,71 @@
+// One epoch's worth of pipeline threads: the reader lanes and the assembler
+// thread (interleave -> shuffle -> decode -> batch -> prefetch queue).
+// Created at the first next() of an epoch, destroyed (stopped and joined) at
+// its end, at set_epoch/restore and with the Loader.
+#ifndef SHARDSTREAM_PIPELINE_LOADER_RUN_H_
+#define SHARDSTREAM_PIPELINE_LOADER_RUN_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "pipeline/batcher.h"
+#include "pipeline/shard_lanes.h"
+#include "shardstream/options.h"
+#include "shardstream/prefetch_queue.h"
+#include "shardstream/shard_split.h"
+
+namespace shardstream::internal {
+
+struct RunCounters : LaneCounters {
+  std::atomic<int64_t> shuffle_fill{0};
+  std::atomic<int64_t> queue_depth{0};
+  std::atomic<uint64_t> decode_skips{0};
+  std::atomic<uint64_t> heap_spills{0};
+  std::atomic<uint64_t> slot_bytes{0}, slots{0};
+  std::atomic<int> memory_kind{0};
+};
+
+struct RunConfig {
+  const LoaderOptions* options = nullptr;
+  const std::vector<ShardEntry>* shards = nullptr;
+  std::shared_ptr<const std::vector<std::string>> urls;  // redacted, per manifest shard
+  ConsumerPlan plan;
+  int64_t epoch = 0;
+  // Token batches after a restore: tokens of these (shard, sample) already delivered.
+  std::map<std::pair<int64_t, int64_t>, int64_t> skip_tokens;
+};
+
+class LoaderRun {
+ public:
+  LoaderRun(RunConfig config, RunCounters* counters);
+  ~LoaderRun();  // Stop()
+  void Start();
+  void Stop();
+  PrefetchQueue<Batch>& queue() { return queue_; }
+
+ private:
+  void Assemble();
+  Status Pipeline();
+  Status Process(LaneItem* item);  // after the shuffle: decode and batch
+  Status Emit(Batch&& b);
+
+  RunConfig config_;
+  const LoaderOptions& opt_;
+  RunCounters* counters_;
+  PrefetchQueue<Batch> queue_;
+  std::unique_ptr<ShardLanes> lanes_;
+  std::unique_ptr<SampleBatcher> batcher_;
+  std::unique_ptr<TokenPacker> packer_;
+  FieldSpec token_spec_;
+  std::vector<FieldRef> refs_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_LOADER_RUN_H_

@@ -1,0 +1,229 @@
+#include "pipeline/shard_lanes.h"
+
+#include <utility>
+
+#include "shardstream/url.h"
+
+namespace shardstream::internal {
+
+ShardLanes::ShardLanes(std::vector<LaneRange> ranges, LaneConfig config, LaneCounters* counters)
+    : ranges_(std::move(ranges)), config_(std::move(config)), counters_(counters) {
+  const int nlanes = std::max(1, config_.lanes);
+  const int nthreads = std::max(1, std::min(config_.threads, nlanes));
+  for (int g = 0; g < nthreads; ++g) groups_.push_back(std::make_unique<Group>());
+  for (int l = 0; l < nlanes; ++l) {
+    auto lane = std::make_unique<Lane>();
+    lane->group = groups_[static_cast<size_t>(l % nthreads)].get();
+    lane->group->lanes.push_back(lane.get());
+    lane->ring.resize(std::max<size_t>(config_.ring, 1));
+    lanes_.push_back(std::move(lane));
+  }
+  for (size_t j = 0; j < ranges_.size(); ++j) lanes_[j % lanes_.size()]->ranges.push_back(j);
+  for (auto& lane : lanes_) lane->finished = lane->ranges.empty();
+  // Where each range's bytes come from, decided once (no string work per sample).
+  for (const LaneRange& r : ranges_) {
+    std::string scheme = UrlScheme(r.ref.url);
+    uint8_t kind = 4;
+    if (config_.cache != nullptr) kind = 0;
+    else if (scheme.empty() || scheme == "file") kind = 1;
+    else if (scheme == "http" || scheme == "https") kind = 2;
+    else if (scheme == "s3") kind = 3;
+    kinds_.push_back(kind);
+  }
+}
+
+ShardLanes::~ShardLanes() { Stop(); }
+
+void ShardLanes::Start() {
+  if (started_) return;
+  started_ = true;
+  for (auto& g : groups_) g->thread = std::thread([this, p = g.get()] { Run(p); });
+}
+
+void ShardLanes::Stop() {
+  stop_.store(true);
+  for (auto& g : groups_) {
+    {
+      std::lock_guard<std::mutex> lock(g->mu);
+      for (Lane* lane : g->lanes)
+        if (lane->cached != nullptr) lane->cached->Cancel();  // a read blocked on a download
+    }
+    g->space.notify_all();
+    g->data.notify_all();
+  }
+  for (auto& g : groups_)
+    if (g->thread.joinable()) g->thread.join();
+}
+
+bool ShardLanes::Pop(int l, LaneItem* out) {
+  Lane* lane = lanes_[static_cast<size_t>(l)].get();
+  Group* g = lane->group;
+  std::unique_lock<std::mutex> lock(g->mu);
+  g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
+  if (lane->count == 0) return false;
+  LaneItem& item = lane->ring[lane->head];
+  lock.unlock();
+  // The head slot is the consumer's until count is decremented.
+  using std::swap;
+  swap(item.sample, out->sample);
+  out->kind = item.kind;
+  out->shard = item.shard;
+  out->status = std::move(item.status);
+  item.status = Status::OK();
+  lock.lock();
+  lane->head = (lane->head + 1) % lane->ring.size();
+  --lane->count;
+  lock.unlock();
+  g->space.notify_one();
+  return true;
+}
+
+void ShardLanes::Run(Group* g) {
+  while (!stop_.load()) {
+    bool produced = false;
+    for (Lane* lane : g->lanes) {
+      size_t slot;
+      {
+        std::lock_guard<std::mutex> lock(g->mu);
+        if (stop_.load()) return;
+        if (lane->finished || lane->count == lane->ring.size()) continue;
+        slot = (lane->head + lane->count) % lane->ring.size();
+      }
+      Produce(lane, &lane->ring[slot]);
+      {
+        std::lock_guard<std::mutex> lock(g->mu);
+        ++lane->count;
+      }
+      g->data.notify_all();
+      produced = true;
+    }
+    if (!produced) {
+      std::unique_lock<std::mutex> lock(g->mu);
+      auto work = [&] {
+        if (stop_.load()) return true;
+        bool any_left = false;
+        for (Lane* lane : g->lanes) {
+          if (lane->finished) continue;
+          any_left = true;
+          if (lane->count < lane->ring.size()) return true;
+        }
+        return !any_left;
+      };
+      g->space.wait(lock, work);
+      bool all_done = true;
+      for (Lane* lane : g->lanes) all_done = all_done && lane->finished;
+      if (all_done) break;
+    }
+  }
+  for (Lane* lane : g->lanes) CloseReader(lane);
+}
+
+void ShardLanes::CloseReader(Lane* lane) {
+  if (!lane->reader) return;
+  const TarStats& st = lane->reader->stats();
+  counters_->skipped_samples += st.skipped_samples;
+  counters_->skipped_shards += st.skipped_shards;
+  {
+    std::lock_guard<std::mutex> lock(lane->group->mu);
+    lane->cached = nullptr;
+  }
+  lane->reader.reset();
+}
+
+void ShardLanes::Count(size_t range, uint64_t bytes) {
+  switch (kinds_[range]) {
+    case 0: counters_->bytes_cache += bytes; break;
+    case 1: counters_->bytes_file += bytes; break;
+    case 2: counters_->bytes_http += bytes; break;
+    case 3: counters_->bytes_s3 += bytes; break;
+    default: counters_->bytes_other += bytes;
+  }
+}
+
+Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) {
+  lane->read = 0;
+  int64_t skip = r.first;
+  if (config_.cache != nullptr) {
+    auto stream = config_.cache->Open(r.ref);
+    if (!stream.ok()) return stream.status();
+    ++counters_->cache_opens;
+    if ((*stream)->hit()) ++counters_->cache_hits;
+    CachedShard* raw = stream->get();
+    SHARDSTREAM_ASSIGN_OR_RETURN(lane->reader,
+                                 TarReader::Open(std::unique_ptr<InputStream>(std::move(*stream)),
+                                                 config_.tar));
+    std::lock_guard<std::mutex> lock(lane->group->mu);
+    lane->cached = raw;
+  } else if (r.first > 0) {
+    auto at = TarReader::OpenAt(r.ref.url, r.first, nullptr, config_.tar);
+    if (at.ok()) {
+      lane->reader = std::move(*at);
+      skip = 0;
+    } else if (at.status().code() == StatusCode::kNotFound ||
+               at.status().code() == StatusCode::kCorrupt) {
+      // No (or a stale) sidecar index: read from the start and skip.
+      SHARDSTREAM_ASSIGN_OR_RETURN(lane->reader, TarReader::Open(r.ref.url, config_.tar));
+    } else {
+      return at.status();
+    }
+  } else {
+    SHARDSTREAM_ASSIGN_OR_RETURN(lane->reader, TarReader::Open(r.ref.url, config_.tar));
+  }
+  for (int64_t i = 0; i < skip; ++i) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(bool more, lane->reader->Next(&scratch->sample));
+    if (!more) break;
+  }
+  return Status::OK();
+}
+
+void ShardLanes::Produce(Lane* lane, LaneItem* item) {
+  item->status = Status::OK();
+  const size_t ri = lane->ranges[lane->next_range];
+  const LaneRange& r = ranges_[ri];
+  auto finish_range = [&] {
+    CloseReader(lane);
+    item->kind = LaneItem::kEnd;
+    if (++lane->next_range == lane->ranges.size()) {
+      std::lock_guard<std::mutex> lock(lane->group->mu);
+      lane->finished = true;
+    }
+  };
+  auto fail = [&](Status s) {
+    CloseReader(lane);
+    item->kind = LaneItem::kError;
+    item->status = std::move(s);
+    std::lock_guard<std::mutex> lock(lane->group->mu);
+    lane->finished = true;
+  };
+  if (!lane->reader) {
+    Status s = OpenRange(lane, r, item);
+    if (!s.ok()) {
+      if (config_.tar.policy == ErrorPolicy::kSkipShard || config_.tar.policy == ErrorPolicy::kSkipSample) {
+        if (s.code() == StatusCode::kCorrupt || s.code() == StatusCode::kChecksum) {
+          ++counters_->skipped_shards;
+          return finish_range();
+        }
+      }
+      return fail(s.WithContext("opening shard", RedactUrl(r.ref.url)));
+    }
+  }
+  if (r.end >= 0 && lane->read == r.end - r.first) return finish_range();
+  auto more = lane->reader->Next(&item->sample);
+  if (!more.ok()) return fail(more.status());
+  if (!*more) {
+    if (r.end >= 0 && config_.tar.policy == ErrorPolicy::kRaise) {
+      return fail(Status(StatusCode::kCorrupt,
+                         "shard " + RedactUrl(r.ref.url) + " ended after " +
+                             std::to_string(r.first + lane->read) + " samples; the manifest says " +
+                             std::to_string(r.end),
+                         RedactUrl(r.ref.url)));
+    }
+    return finish_range();
+  }
+  ++lane->read;
+  item->kind = LaneItem::kSample;
+  item->shard = r.shard;
+  Count(ri, item->sample.bytes());
+}
+
+}  // namespace shardstream::internal

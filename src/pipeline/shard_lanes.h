@@ -1,0 +1,114 @@
+// ShardLanes: the reader side of the pipeline. The consumer's ranges are
+// dealt to `lanes` lanes (range j to lane j % lanes); each lane reads its
+// ranges one after another into a bounded ring of samples, and reader
+// threads serve the lanes (lane l on thread l % threads). The consumer pops
+// from whichever lane it chooses, so the order of samples it sees is its own
+// choice, independent of how fast each thread reads.
+//
+// Ring items are swapped in and out, so sample storage is recycled and the
+// steady state allocates nothing here.
+//
+// Thread-safety: Pop() from one consumer thread; Stop() from any thread.
+#ifndef SHARDSTREAM_PIPELINE_SHARD_LANES_H_
+#define SHARDSTREAM_PIPELINE_SHARD_LANES_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardstream/shard_cache.h"
+#include "shardstream/tar_reader.h"
+
+namespace shardstream::internal {
+
+struct LaneRange {
+  int64_t shard = 0;   // manifest index
+  int64_t first = 0;
+  int64_t end = 0;     // -1: the whole shard
+  ShardRef ref;        // resolved url, size, checksum
+};
+
+struct LaneItem {
+  enum Kind { kSample, kEnd, kError };
+  Kind kind = kSample;
+  int64_t shard = -1;  // manifest index of the sample's shard
+  Sample sample;
+  Status status;
+};
+
+struct LaneConfig {
+  TarReaderOptions tar;
+  ShardCache* cache = nullptr;
+  size_t ring = 64;
+  int lanes = 4;
+  int threads = 2;
+};
+
+struct LaneCounters {
+  std::atomic<uint64_t> bytes_file{0}, bytes_http{0}, bytes_s3{0}, bytes_other{0};
+  std::atomic<uint64_t> bytes_cache{0};
+  std::atomic<uint64_t> cache_hits{0}, cache_opens{0};
+  std::atomic<uint64_t> skipped_samples{0}, skipped_shards{0};
+};
+
+class ShardLanes {
+ public:
+  ShardLanes(std::vector<LaneRange> ranges, LaneConfig config, LaneCounters* counters);
+  ~ShardLanes();
+
+  int lanes() const { return static_cast<int>(lanes_.size()); }
+  // Indices into the ranges, in the order lane `l` reads them.
+  const std::vector<size_t>& lane_ranges(int l) const { return lanes_[l]->ranges; }
+  const LaneRange& range(size_t i) const { return ranges_[i]; }
+
+  void Start();
+  // Waits for lane l's next item and swaps it into *out. Returns false after
+  // Stop().
+  bool Pop(int l, LaneItem* out);
+  // Stops and joins the reader threads; idempotent.
+  void Stop();
+
+ private:
+  struct Group;
+  struct Lane {
+    Group* group = nullptr;
+    std::vector<size_t> ranges;
+    std::vector<LaneItem> ring;
+    size_t head = 0, count = 0;   // guarded by group->mu
+    bool finished = false;        // reader side: nothing more to produce
+    // Reader-thread state.
+    size_t next_range = 0;
+    int64_t read = 0;
+    std::unique_ptr<TarReader> reader;
+    CachedShard* cached = nullptr;  // guarded by group->mu (for Cancel)
+  };
+  struct Group {
+    std::mutex mu;
+    std::condition_variable space, data;
+    std::vector<Lane*> lanes;
+    std::thread thread;
+  };
+
+  void Run(Group* g);
+  void Produce(Lane* lane, LaneItem* item);
+  Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);
+  void CloseReader(Lane* lane);
+  void Count(size_t range, uint64_t bytes);
+
+  std::vector<LaneRange> ranges_;
+  std::vector<uint8_t> kinds_;  // per range: 0 cache, 1 file, 2 http, 3 s3, 4 other
+  LaneConfig config_;
+  LaneCounters* counters_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::atomic<bool> stop_{false};
+  bool started_ = false;
+};
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_SHARD_LANES_H_

@@ -1,0 +1,200 @@
+#include "shardstream/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <dirent.h>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "support/loader_fixture.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::Dataset;
+using testing::DatasetSpec;
+using testing::DrainIds;
+using testing::FieldOptions;
+using testing::TempDir;
+
+int ThreadCount() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n;
+}
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    data_ = new Dataset(testing::WriteDataset(dir_->path(), DatasetSpec{}));
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    delete dir_;
+  }
+  static TempDir* dir_;
+  static Dataset* data_;
+};
+TempDir* LoaderTest::dir_ = nullptr;
+Dataset* LoaderTest::data_ = nullptr;
+
+TEST_F(LoaderTest, SameSeedSameBatchesAcrossThreadCountsAndRuns) {
+  std::vector<int64_t> first;
+  for (int threads : {1, 2, 3}) {
+    for (int rep = 0; rep < 2; ++rep) {
+      LoaderOptions o = FieldOptions(data_->manifest);
+      o.reader_threads = threads;
+      o.open_shards = 3;
+      o.seed = 7;
+      auto loader = Loader::Create(o);
+      ASSERT_TRUE(loader.ok()) << loader.status();
+      auto ids = DrainIds(loader->get());
+      ASSERT_EQ(ids.size(), static_cast<size_t>(data_->samples));
+      if (first.empty()) first = ids;
+      EXPECT_EQ(ids, first) << "threads " << threads << " run " << rep;
+    }
+  }
+  // Shuffled (not the shard order), and another seed gives another order.
+  std::vector<int64_t> sorted = first;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_NE(sorted, first);
+  LoaderOptions o = FieldOptions(data_->manifest);
+  o.seed = 8;
+  o.open_shards = 3;
+  auto other = DrainIds(Loader::Create(o)->get());
+  EXPECT_NE(other, first);
+  std::sort(other.begin(), other.end());
+  EXPECT_EQ(other, sorted);
+}
+
+TEST_F(LoaderTest, EverySampleOnceAcrossConsumersWithEqualCounts) {
+  for (auto [world, workers] : {std::pair{2, 2}, std::pair{3, 1}, std::pair{1, 5}}) {
+    std::multiset<int64_t> all;
+    std::set<size_t> counts;
+    for (int r = 0; r < world; ++r) {
+      for (int w = 0; w < workers; ++w) {
+        LoaderOptions o = FieldOptions(data_->manifest);
+        o.world_size = world;
+        o.rank = r;
+        o.num_workers = workers;
+        o.worker = w;
+        o.epoch = 3;
+        auto loader = Loader::Create(o);
+        ASSERT_TRUE(loader.ok()) << loader.status();
+        auto ids = DrainIds(loader->get());
+        EXPECT_EQ(static_cast<int64_t>(ids.size()), (*loader)->samples_per_epoch());
+        counts.insert(ids.size());
+        all.insert(ids.begin(), ids.end());
+      }
+    }
+    const int64_t consumers = world * workers;
+    EXPECT_EQ(counts.size(), 1u) << "consumers got different sample counts";
+    EXPECT_EQ(static_cast<int64_t>(all.size()), data_->samples / consumers * consumers);
+    EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), all.size()) << "duplicates";
+  }
+}
+
+TEST_F(LoaderTest, EpochsDifferAndEndIsSticky) {
+  LoaderOptions o = FieldOptions(data_->manifest);
+  auto loader = *Loader::Create(o);
+  auto e0 = DrainIds(loader.get());
+  auto end = loader->next();
+  ASSERT_TRUE(end.ok());
+  EXPECT_TRUE(end->empty());
+  ASSERT_TRUE(loader->set_epoch(1).ok());
+  auto e1 = DrainIds(loader.get());
+  EXPECT_EQ(e0.size(), e1.size());
+  EXPECT_NE(e0, e1);
+  ASSERT_TRUE(loader->set_epoch(0).ok());
+  EXPECT_EQ(DrainIds(loader.get()), e0);
+}
+
+TEST_F(LoaderTest, BatchesCarryKeysUrlsLabelsAndStats) {
+  LoaderOptions o = FieldOptions(data_->manifest);
+  o.fields.push_back(FieldSpec{"txt"});
+  o.shuffle_buffer = 0;
+  auto loader = *Loader::Create(o);
+  auto b = loader->next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->rows(), 8);
+  ASSERT_EQ(b->num_samples(), 8);
+  EXPECT_EQ(b->memory_kind(), HostMemoryKind::kPageable);
+  for (int64_t i = 0; i < b->rows(); ++i) {
+    int32_t g = static_cast<const int32_t*>(b->tensor("x.npy").data)[4 * i];
+    EXPECT_EQ(static_cast<const int64_t*>(b->tensor("cls").data)[i], g % 10);
+    EXPECT_EQ(b->tensor("txt").bytes(i), "sample number " + std::to_string(g));
+    std::string key(b->key(i));
+    EXPECT_EQ(key.rfind("s", 0), 0u) << key;
+    EXPECT_NE(b->url(i).find(".tar"), std::string::npos);
+    EXPECT_EQ(b->sample(i).index, std::stoi(key.substr(key.find("/k") + 2)));
+  }
+  DrainIds(loader.get());
+  LoaderStats s = loader->stats();
+  EXPECT_GT(s.batches, 30u);
+  EXPECT_EQ(s.samples, static_cast<uint64_t>(data_->samples));
+  EXPECT_GT(s.read_bytes["file"], 0u);
+  uint64_t waits = 0;
+  for (uint64_t c : s.wait_counts) waits += c;
+  EXPECT_EQ(waits, s.batches + 1);  // + the end of the epoch
+  EXPECT_GT(s.slot_bytes, 0u);
+  EXPECT_NE(s.ToString().find("batches/s"), std::string::npos);
+}
+
+TEST_F(LoaderTest, NoThreadBeforeFirstNextAndPromptShutdownWithFullQueue) {
+  const int before = ThreadCount();
+  LoaderOptions o = FieldOptions(data_->manifest);
+  o.reader_threads = 3;
+  o.prefetch = 2;
+  auto loader = *Loader::Create(o);
+  EXPECT_EQ(ThreadCount(), before);
+  auto b = loader->next();
+  ASSERT_TRUE(b.ok());
+  EXPECT_GT(ThreadCount(), before);
+  // Let the queue, the pool and the lane rings fill up: every thread blocks.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto t0 = std::chrono::steady_clock::now();
+  loader.reset();
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(1));
+  EXPECT_EQ(ThreadCount(), before);
+  // The batch outlives the loader (its slot returns to a pool nobody uses).
+  EXPECT_EQ(b->rows(), 8);
+}
+
+TEST_F(LoaderTest, StopMakesNextCancelled) {
+  auto loader = *Loader::Create(FieldOptions(data_->manifest));
+  ASSERT_TRUE(loader->next().ok());
+  loader->Stop();
+  EXPECT_EQ(loader->next().status().code(), StatusCode::kCancelled);
+}
+
+TEST(LoaderConfigTest, RejectsBadOptionsAndBudgets) {
+  LoaderOptions o;
+  EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kConfig);
+  o.manifest = "/nonexistent/manifest.jsonl";
+  EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kConfig);  // no fields
+  o.fields = {FieldSpec{"x.npy"}};
+  EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kNotFound);
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 10});
+  o = FieldOptions(d.manifest);
+  o.memory_budget = 1 << 20;
+  o.read_chunk = 4 << 20;
+  auto r = Loader::Create(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kConfig);
+  EXPECT_NE(r.status().message().find("memory_budget"), std::string::npos);
+  o.rank = 3;
+  o.memory_budget = 0;
+  EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kConfig);
+}
+
+}  // namespace
+}  // namespace shardstream
