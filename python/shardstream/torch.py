@@ -64,7 +64,9 @@ def _to_torch(parts: tuple, single: bool) -> Dict[str, Any]:
             t = torch.from_numpy(value)
             if name in bf16:
                 t = t.view(torch.bfloat16)
-            out[name] = t[0] if single else t
+            # Single samples are copied: a sample is small, and users keep
+            # many (list(ds)), which must not hold one pool slot each.
+            out[name] = t[0].clone() if single else t
         else:
             out[name] = value[0] if single else value
     out["__key__"] = keys[0] if single and keys else keys
@@ -79,7 +81,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
     or a brace pattern such as ``"shards/data-{000000..000099}.tar"``.
     Keyword arguments are the :class:`shardstream.Loader` options, named as
     WebDataset and Streaming users know them: ``fields``, ``tokens``,
-    ``batch_size`` (None: single samples, as a dict of per-sample tensors),
+    ``batch_size`` (None: single samples, as dicts of per-sample tensors,
+    copied out of the pool so that any number may be kept),
     ``shuffle``, ``shuffle_buffer`` (alias ``shuffle_size``), ``seed``,
     ``epoch``, ``drop_last``, ``pad_remainder``, ``prefetch``,
     ``reader_threads``, ``cache_dir``, ``cache_limit``, ``pinned``,

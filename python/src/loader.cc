@@ -125,8 +125,7 @@ class PyLoader {
     if (getpid() != pid_) {
       // A forked copy: the threads exist only in the parent, and their
       // mutexes may have been held at the fork. Touch nothing; leak.
-      (void)loader_.release();
-      (void)fetcher_.release();
+      (void)st_.release();
       return;
     }
     py::gil_scoped_release release;
@@ -151,8 +150,17 @@ class PyLoader {
       }
     }
     std::optional<Result<Batch>> r;
-    InterruptibleWait(mu_, cv_, [this] { return result_.has_value(); },
-                      [&] { r.swap(result_); });
+    InterruptibleWait(
+        mu_, cv_, [this] { return result_.has_value(); }, [&] { r.swap(result_); },
+        [](int slices) {
+          // Most long waits are a slow source; one common other cause is a
+          // caller keeping every batch, so no pool slot comes back.
+          if (slices * kSignalSlice == std::chrono::seconds(30))
+            py::module_::import("logging").attr("getLogger")("shardstream").attr("warning")(
+                "next() has waited 30 s for a batch. If batches (or tensors viewing them) are "
+                "being kept, their buffers cannot return to the pool; copy what you keep "
+                "(tensor.clone()) or raise prefetch.");
+        });
     Batch batch = ValueOrThrow(std::move(*r));
     if (batch.empty()) return py::none();
     return BatchToPython(std::move(batch));
@@ -241,14 +249,28 @@ class PyLoader {
     result_.reset();  // drops the slot of a fetched, unreturned batch
   }
 
+  // Everything but the pid lives on the heap, so a forked copy can leak it
+  // whole: even destroying a condition variable that the parent's threads
+  // wait on blocks forever in the child.
+  struct Shared {
+    std::unique_ptr<Loader> loader;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool want = false;                    // GUARDED_BY(mu): a next() is requested or running
+    bool stopped = false;                 // GUARDED_BY(mu)
+    std::optional<Result<Batch>> result;  // GUARDED_BY(mu): fetched, not yet returned
+    std::unique_ptr<std::thread> fetcher;
+  };
+
   const pid_t pid_;
-  std::unique_ptr<Loader> loader_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool want_ = false;                    // GUARDED_BY(mu_): a next() is requested or running
-  bool stopped_ = false;                 // GUARDED_BY(mu_)
-  std::optional<Result<Batch>> result_;  // GUARDED_BY(mu_): fetched, not yet returned
-  std::unique_ptr<std::thread> fetcher_;
+  std::unique_ptr<Shared> st_ = std::make_unique<Shared>();
+  std::unique_ptr<Loader>& loader_ = st_->loader;
+  std::mutex& mu_ = st_->mu;
+  std::condition_variable& cv_ = st_->cv;
+  bool& want_ = st_->want;
+  bool& stopped_ = st_->stopped;
+  std::optional<Result<Batch>>& result_ = st_->result;
+  std::unique_ptr<std::thread>& fetcher_ = st_->fetcher;
 };
 
 }  // namespace

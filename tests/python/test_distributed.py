@@ -14,7 +14,7 @@ import json, os, sys
 import torch.distributed as dist
 from shardstream.torch import ShardDataset, gather_state_dict
 manifest, port, out, phase = sys.argv[1:5]
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}")
+dist.init_process_group("gloo", init_method="env://")
 rank = dist.get_rank()
 ds = ShardDataset(manifest, fields=["cls"], batch_size=5, seed=21)
 result = {"rank": rank, "world": dist.get_world_size()}

@@ -1,9 +1,10 @@
 """Ctrl-C while blocked in next() raises KeyboardInterrupt promptly."""
 
-import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -35,29 +36,32 @@ def test_sigint_in_blocked_next_raises_keyboard_interrupt(tmp_path):
             w.write({"__key__": f"k{i:04d}", "tokens.npy": np.full(4096, i, np.int32)})
     proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(tmp_path / "manifest.jsonl")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True)
+    reader.start()
+    out = []
     try:
-        # Wait until batches stop coming: next() is blocked.
-        lines = 0
-        os.set_blocking(proc.stdout.fileno(), False)
-        quiet_since = time.monotonic()
+        # Wait until batches stop coming: next() is blocked on a full pool.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            chunk = proc.stdout.read()
-            if chunk:
-                lines += chunk.count("batch")
-                quiet_since = time.monotonic()
-            elif lines and time.monotonic() - quiet_since > 1.0:
-                break
-            time.sleep(0.05)
-        assert lines > 0 and proc.poll() is None, "the loader should block, not end"
+            try:
+                out.append(lines.get(timeout=1.0))
+            except queue.Empty:
+                if out:
+                    break
+        assert out and proc.poll() is None, "the loader should block, not end"
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        os.set_blocking(proc.stdout.fileno(), True)
-        out, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
         elapsed = time.monotonic() - sent
+        reader.join(timeout=5)
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
+    while not lines.empty():
+        out.append(lines.get())
+    out = "".join(out)
     assert proc.returncode == 0, err
     assert "interrupted" in out and "closed" in out, out + err
     assert elapsed < 5, f"took {elapsed:.1f}s to react to SIGINT"

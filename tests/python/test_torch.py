@@ -51,7 +51,7 @@ def test_single_samples_without_batch_size(manifest, total):
 
 
 def test_tensors_outlive_dataset_and_loader(manifest):
-    ds = ShardDataset(manifest, fields=["tokens.npy"], batch_size=8, prefetch=1)
+    ds = ShardDataset(manifest, fields=["tokens.npy"], batch_size=8, prefetch=3)
     it = iter(DataLoader(ds, batch_size=None))
     kept = [next(it) for _ in range(4)]
     del it
