@@ -13,11 +13,12 @@ from .errors import (AuthError, CancelledError, ChecksumError, ConfigError, Corr
                      IoError, NotFoundError, UnavailableError)
 from .loader import Loader, merge_states, parse_size
 from .writer import ShardWriter, encode_field
+from .checkpoint import CheckpointManager
 
 __version__ = _core.__version__
 
 __all__ = [
     "__version__", "Error", "IoError", "CorruptError", "ChecksumError", "UnavailableError",
     "NotFoundError", "AuthError", "ConfigError", "CancelledError", "Loader", "merge_states",
-    "parse_size", "ShardWriter", "encode_field", "metrics",
+    "parse_size", "ShardWriter", "encode_field", "metrics", "CheckpointManager",
 ]

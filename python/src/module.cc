@@ -12,6 +12,7 @@ namespace shardstream::python {
 void RegisterLoader(py::module_& m);
 void RegisterShardWriter(py::module_& m);
 void RegisterLogSink(py::module_& m);
+void RegisterCheckpoint(py::module_& m);
 }  // namespace shardstream::python
 
 PYBIND11_MODULE(_core, m) {
@@ -30,4 +31,5 @@ PYBIND11_MODULE(_core, m) {
   shardstream::python::RegisterLogSink(m);
   shardstream::python::RegisterLoader(m);
   shardstream::python::RegisterShardWriter(m);
+  shardstream::python::RegisterCheckpoint(m);
 }
