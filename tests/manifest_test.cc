@@ -115,6 +115,10 @@ TEST(ManifestTest, BadManifestsNameTheLine) {
        "line 3: 'nsamples' must be a non-negative integer"},
       {"json doc syntax", "m.json", "{\"shards\": [\n {\"url\": \"a.tar\",, }\n]}", "line 2: not valid JSON"},
       {"json doc no shards key", "m.json", "{\"files\": []}", "no \"shards\" key"},
+      // Found by tests/fuzz/manifest_fuzz.cc: these used to throw.
+      {"csv bad utf-8", "m.csv", "url,nsamples\n\xfe.tar,1\n", "line 2: CSV field 'url' is not valid UTF-8"},
+      {"json doc huge number", "m.json", "{\"shards\": [{\"url\": \"a\", \"nsamples\": 222e31333}]}",
+       "line 1: not valid JSON"},
   };
   for (const BadCase& c : cases) {
     auto m = ParseManifest(c.text, c.url);

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "shardstream/delivery_tracker.h"
 #include "shardstream/resume_state.h"
@@ -24,6 +25,7 @@ void Deliver(const ConsumerPlan& plan, int64_t stop, std::mt19937_64& g, Deliver
              std::vector<Delivery>* out) {
   const size_t buffer_size = 1 + g() % 16;
   std::vector<Delivery> buffer;
+  std::set<int64_t> taken;
   int64_t delivered = 0;
   auto pop = [&] {
     size_t i = g() % buffer.size();
@@ -31,6 +33,17 @@ void Deliver(const ConsumerPlan& plan, int64_t stop, std::mt19937_64& g, Deliver
     buffer[i] = buffer.back();
     buffer.pop_back();
     ASSERT_TRUE(tracker->MarkDelivered(d.shard, d.sample).ok());
+    // A padded plan can hold one sample at two positions; the tracker
+    // credits the first untaken one (a copy is a copy), and so do we.
+    for (const ShardRange& r : plan.ranges) {
+      if (r.shard != d.shard || d.sample < r.first || d.sample >= r.end) continue;
+      int64_t pos = r.position + d.sample - r.first;
+      if (taken.insert(pos).second) {
+        d.position = pos;
+        d.repeat = r.repeat;
+        break;
+      }
+    }
     out->push_back(d);
     ++delivered;
   };
@@ -178,6 +191,30 @@ TEST(DeliveryTrackerTest, OutOfOrderThenPrefixCompacts) {
   EXPECT_NE(t.MarkDelivered(0, 10).message().find("not in this consumer's plan"), std::string::npos);
 }
 
+TEST(DeliveryTrackerTest, OneTrackerForAllWorkersOfARank) {
+  std::vector<int64_t> counts = {5, 8, 3, 9, 6};
+  PlanOptions o;
+  o.world_size = 2;
+  o.num_workers = 3;
+  auto plan = EpochPlan::Create(counts, "fp", o);
+  ASSERT_TRUE(plan.ok());
+  std::vector<ConsumerPlan> rank1 = {plan->Consumer(1, 0), plan->Consumer(1, 1), plan->Consumer(1, 2)};
+  DeliveryTracker t(rank1);
+  EXPECT_EQ(t.remaining(), 3 * plan->samples_per_consumer());
+  // Deliver worker 2's samples, then worker 0's first one: consumed order.
+  for (const ShardRange& r : rank1[2].ranges) ASSERT_TRUE(t.MarkDelivered(r.shard, r.first, r.end).ok());
+  ASSERT_TRUE(t.MarkDelivered(rank1[0].ranges[0].shard, rank1[0].ranges[0].first).ok());
+  ResumeState st = t.State();
+  EXPECT_EQ(st.DeliveredCount(), plan->samples_per_consumer() + 1);
+  // The rest of the epoch, on one consumer, is everything else.
+  auto rest = EpochPlan::Create(counts, "fp", PlanOptions(), &st);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->samples_per_consumer(), plan->base()->positions() - st.DeliveredCount());
+  // A sample of rank 0 is not in rank 1's tracker.
+  const ShardRange other = plan->Consumer(0, 0).ranges[0];
+  EXPECT_EQ(t.MarkDelivered(other.shard, other.first).code(), StatusCode::kConfig);
+}
+
 TEST(ResumeStateTest, JsonAndBytesRoundTrip) {
   ResumeState s;
   s.fingerprint = "xxh3_128:00112233445566778899aabbccddeeff";
@@ -216,6 +253,8 @@ TEST(ResumeStateTest, DamagedStatesAreRefused) {
   v2[4] = 2;
   EXPECT_EQ(ResumeState::FromBytes(v2).status().code(), StatusCode::kConfig);
   EXPECT_EQ(ResumeState::FromJson("{").status().code(), StatusCode::kCorrupt);
+  // Found by tests/fuzz/resume_state_fuzz.cc: a non-string "format" used to throw.
+  EXPECT_EQ(ResumeState::FromJson("{\"format\": 2}").status().code(), StatusCode::kCorrupt);
   std::string json = s.ToJson();
   auto outside = json.replace(json.find("[[10,20]]"), 9, "[[90,120]]");
   auto r = ResumeState::FromJson(outside);

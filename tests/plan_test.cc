@@ -135,8 +135,9 @@ TEST(EpochPlanTest, RandomManifestsCoverExactlyWithEqualCounts) {
                  (o.remainder == Remainder::kPad ? " pad" : " drop"));
     auto plan = EpochPlan::Create(counts, "fp", o);
     if (!plan.ok()) {
-      // Only padding a node that owns no samples may fail.
-      ASSERT_TRUE(o.node_local && o.remainder == Remainder::kPad) << plan.status();
+      // Only a node that owns no samples may fail.
+      ASSERT_TRUE(o.node_local) << plan.status();
+      ASSERT_NE(plan.status().message().find("gets no samples"), std::string::npos) << plan.status();
       continue;
     }
     CheckEpoch(counts, *plan);
@@ -148,6 +149,18 @@ TEST(EpochPlanTest, RandomManifestsCoverExactlyWithEqualCounts) {
     int r = static_cast<int>(g() % static_cast<uint64_t>(o.world_size));
     int w = static_cast<int>(g() % static_cast<uint64_t>(o.num_workers));
     EXPECT_EQ(plan->Consumer(r, w).ranges, again->Consumer(r, w).ranges);
+    // PlanConsumer (which may shuffle only a prefix) gives the same plan.
+    for (int k = 0; k < 3; ++k) {
+      PlanOptions one = o;
+      one.rank = k == 0 ? r : k == 1 ? 0 : o.world_size - 1;
+      one.worker = k == 0 ? w : k == 1 ? 0 : o.num_workers - 1;
+      auto single = PlanConsumer(counts, "fp", one);
+      ASSERT_TRUE(single.ok()) << single.status();
+      ConsumerPlan want = plan->Consumer(one.rank, one.worker);
+      EXPECT_EQ(single->ranges, want.ranges);
+      EXPECT_EQ(single->num_samples, want.num_samples);
+      EXPECT_TRUE(single->base->SameEpoch(*want.base));
+    }
 
     // Another epoch, another order (same totals).
     if (shards >= 8 && plan->samples_per_consumer() > 0) {
@@ -213,15 +226,29 @@ TEST(EpochPlanTest, GoldenOrder) {
         got += " " + std::to_string(sr.shard) + ":" + std::to_string(sr.first) + "-" +
                std::to_string(sr.end);
     }
-  EXPECT_EQ(got, "| 1:0-5 2:0-2 3:0-2| 3:2-7 5:0-4| 7:0-2 6:0-6 0:0-1| 0:1-3 4:0-1 9:0-6");
+  EXPECT_EQ(got, "| 9:0-9| 5:0-4 2:0-2 0:0-3| 4:0-1 1:0-5 3:0-3| 3:3-7 7:0-2 6:0-3");
   o.epoch = 1;
   plan = EpochPlan::Create(counts, "fp", o);
   ASSERT_TRUE(plan.ok());
   std::string order;
   for (int64_t s : GlobalOrder(*plan)) order += std::to_string(s) + ",";
-  EXPECT_EQ(order, "3,4,1,6,9,7,2,0,5,");
+  EXPECT_EQ(order, "5,1,4,0,2,3,6,7,9,");
   EXPECT_EQ(plan->samples_per_consumer(), 9);
   EXPECT_EQ(plan->dropped(), 3);
+
+  // Node-local: which node owns which shard is pinned too.
+  o.epoch = 0;
+  o.node_local = true;
+  o.local_world_size = 1;  // 2 nodes
+  o.num_workers = 1;
+  plan = EpochPlan::Create(counts, "fp", o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::string nodes;
+  for (int r = 0; r < 2; ++r) {
+    nodes += "|";
+    for (const ShardRange& sr : plan->Consumer(r, 0).ranges) nodes += " " + std::to_string(sr.shard);
+  }
+  EXPECT_EQ(nodes, "| 9 4 2 0 1| 6 3 5 7");
 }
 
 TEST(EpochPlanTest, FisherYatesIsUniform) {
@@ -279,7 +306,7 @@ TEST(EpochPlanTest, BadOptionsAreConfigErrors) {
               o.world_size = 4, o.node_local = true, o.local_world_size = 1;
               o.remainder = Remainder::kPad;
             }),
-            StatusCode::kConfig);  // 4 nodes, 2 shards: a node with nothing to pad with
+            StatusCode::kConfig);  // 4 nodes, 2 shards: a node without samples
   EXPECT_EQ(EpochPlan::Create(std::vector<int64_t>{}, "fp", PlanOptions()).status().code(),
             StatusCode::kConfig);
 }
@@ -322,6 +349,22 @@ TEST(PlanCliTest, PrintsEveryConsumer) {
   EXPECT_NE(out.find("local_world_size"), std::string::npos) << out;
   ASSERT_EQ(testing::RunCommand(testing::CliPath() + " plan '" + dir.Join("x-{0..3}.tar") + "' --world-size 2", &out), 0);
   EXPECT_NE(out.find("sample counts unknown"), std::string::npos) << out;
+
+  // --resume: the rest of the epoch after 5 delivered samples, on 3 ranks.
+  auto manifest = ReadManifest(m);
+  ASSERT_TRUE(manifest.ok());
+  auto plan = EpochPlan::Create(*manifest, PlanOptions());
+  ASSERT_TRUE(plan.ok());
+  ResumeState state = *plan->base();
+  state.AddDelivered(0, 5);
+  testing::WriteFile(dir.Join("state.bin"), state.ToBytes());
+  ASSERT_EQ(testing::RunCommand(testing::CliPath() + " plan " + m + " --world-size 3 --resume " +
+                                    dir.Join("state.bin"), &out), 0) << out;
+  EXPECT_NE(out.find("4 samples each, dropped 0"), std::string::npos) << out;  // (17 - 5) / 3
+  testing::WriteFile(dir.Join("other.jsonl"), "{\"url\": \"a.tar\", \"nsamples\": 11}\n");
+  EXPECT_NE(testing::RunCommand(testing::CliPath() + " plan " + dir.Join("other.jsonl") +
+                                    " --world-size 3 --resume " + dir.Join("state.bin"), &out), 0);
+  EXPECT_NE(out.find("another data set"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -190,11 +190,20 @@ TEST_F(ShardCacheTest, DestructionStopsADownloadPromptly) {
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
 }
 
-TEST_F(ShardCacheTest, NoThreadBeforeFirstDownload) {
-  auto cache = NewCache(Options(1 << 20));
+int ThreadCount() {
   std::string status = ReadFile("/proc/self/status");
-  auto threads_line = status.substr(status.find("Threads:"));
-  EXPECT_EQ(threads_line.substr(0, threads_line.find('\n')), "Threads:\t1");
+  return std::atoi(status.c_str() + status.find("Threads:") + 8);
+}
+
+TEST_F(ShardCacheTest, NoThreadBeforeFirstDownload) {
+  auto refs = MakeShards(1, 1000);
+  int before = ThreadCount();  // sanitizers may run threads of their own
+  auto cache = NewCache(Options(1 << 20));
+  EXPECT_EQ(ThreadCount(), before);
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());  // a hit would not start one either
+  EXPECT_GT(ThreadCount(), before);
+  cache.reset();
+  EXPECT_EQ(ThreadCount(), before);
 }
 
 TEST_F(ShardCacheTest, EvictsLeastRecentlyUsedToLowWatermark) {
@@ -353,6 +362,32 @@ TEST_F(ShardCacheTest, DiskStillFullStreamsWithoutCaching) {
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
 }
 
+// A cache disk whose writes fail with EIO.
+class BrokenDiskFs final : public SourceWrapper {
+ public:
+  BrokenDiskFs() : SourceWrapper(LocalSource()) {}
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override {
+    if (url.find(".tmp") != std::string::npos && url.find(".meta.") == std::string::npos)
+      return Status::FromErrno(EIO, "create " + url);
+    return SourceWrapper::NewWritableFile(url);
+  }
+};
+
+TEST_F(ShardCacheTest, FailingCacheDiskStreamsWithoutCaching) {
+  auto refs = MakeShards(2, 300000);
+  auto options = Options(10 << 20);
+  options.fs = std::make_shared<BrokenDiskFs>();
+  auto cache = NewCache(options);
+  for (int i = 0; i < 2; ++i) {
+    auto data = ReadThroughCache(*cache, refs[i]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[i]);
+    cache->WaitIdle();
+  }
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_EQ(cache->stats().uncached, 1u);  // the second one does not try the disk again
+}
+
 TEST_F(ShardCacheTest, StaleEntryIsReplacedWhenTheManifestChanges) {
   auto refs = MakeShards(1, 100000);
   auto cache = NewCache(Options(10 << 20));
@@ -407,6 +442,38 @@ TEST_F(ShardCacheTest, StalledDownloadTimesOut) {
   EXPECT_EQ(data.status().code(), StatusCode::kUnavailable) << data.status();
   EXPECT_EQ(data.status().offset(), 100000) << data.status();
   WriteFile(knobs_->gate_file, "");  // let the download thread finish
+}
+
+TEST_F(ShardCacheTest, CancelWakesABlockedReader) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->gate_after = 100000;
+  auto cache = NewCache(Options(10 << 20));
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (*shard)->Cancel();
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto data = ReadAll(**shard);
+  canceller.join();
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kCancelled) << data.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  WriteFile(knobs_->gate_file, "");
+}
+
+TEST_F(ShardCacheTest, ReaderOutlivingTheCacheGetsCancelled) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->delay_us = 20000;
+  knobs_->max_read = 64 << 10;
+  auto cache = NewCache(Options(10 << 20));
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  cache.reset();
+  auto data = ReadAll(**shard);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kCancelled) << data.status();
 }
 
 TEST_F(ShardCacheTest, InvalidOptionsAreConfigErrors) {

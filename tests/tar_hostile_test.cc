@@ -3,7 +3,9 @@
 // nothing crashes or hangs. Both engines are run on every input.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "shardstream/shard_writer.h"
 #include "shardstream/tar_reader.h"
@@ -78,10 +80,12 @@ TEST(TarHostileTest, DeclaredSizePastEndIsCorrupt) {
 }
 
 TEST(TarHostileTest, HugeDeclaredSizeIsCorruptWithoutAllocating) {
-  for (uint64_t size : {uint64_t{1} << 40, uint64_t{1} << 62, ~uint64_t{0} >> 9}) {
+  for (uint64_t size : {uint64_t{1} << 29, uint64_t{1} << 40, uint64_t{1} << 62, ~uint64_t{0} >> 9}) {
     TarBuilder b;
     b.File("huge.bin", "", static_cast<int64_t>(size)).End();
     ExpectCorrupt(b.bytes(), 0, "huge.bin");
+    // Both engines check against the shard's size before allocating.
+    ExpectCorrupt(b.bytes(), 0, "extends past the end", Engine(TarEngine::kLibarchive));
   }
 }
 
@@ -213,6 +217,21 @@ TEST(TarHostileTest, TruncationAtAnyOffsetIsCorrupt) {
   }
 }
 
+TEST(TarHostileTest, DamagedZstdFrameIsCorrupt) {
+  std::string full = WriterShard(ShardCompression::kZstd);
+  int detected = 0;
+  for (size_t at = 20; at < full.size(); at += full.size() / 17) {
+    std::string bad = full;
+    bad[at] ^= 0x55;
+    ReadOutcome r = ReadBytes(bad);
+    // ShardWriter sets the frame checksum, so any damage is caught.
+    ASSERT_EQ(r.status.code(), StatusCode::kCorrupt) << "flip at " << at << ": " << r.status;
+    EXPECT_GE(r.status.offset(), 0);
+    ++detected;
+  }
+  EXPECT_GT(detected, 10);
+}
+
 TEST(TarHostileTest, FlippedHeaderBytesAreDetected) {
   std::string full = WriterShard(ShardCompression::kNone);
   ReadOutcome good = ReadBytes(full);
@@ -309,6 +328,35 @@ TEST(TarHostileTest, RaisePolicyIsSticky) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
   }
+}
+
+// The golden bad inputs in tests/data/bad_shards, with the offset and error
+// listed in EXPECTED.
+TEST(TarHostileTest, GoldenBadShards) {
+  std::string dir = std::string(SHARDSTREAM_TEST_DATA_DIR) + "/bad_shards";
+  std::ifstream expected(dir + "/EXPECTED");
+  ASSERT_TRUE(expected) << dir;
+  int checked = 0;
+  for (std::string line; std::getline(expected, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string file, offset, fragment;
+    std::getline(fields, file, '\t');
+    std::getline(fields, offset, '\t');
+    std::getline(fields, fragment);
+    std::string path = dir + "/" + file;
+    ReadOutcome r = testing::ReadAll(path);
+    EXPECT_EQ(r.status.code(), StatusCode::kCorrupt) << file << ": " << r.status;
+    EXPECT_EQ(r.status.offset(), std::stoll(offset)) << file << ": " << r.status;
+    EXPECT_NE(r.status.message().find(fragment), std::string::npos) << file << ": " << r.status;
+    EXPECT_NE(r.status.message().find(path), std::string::npos) << file << ": " << r.status;
+    EXPECT_EQ(r.status.url(), path);
+    TarReaderOptions lib;
+    lib.engine = TarEngine::kLibarchive;
+    (void)testing::ReadAll(path, lib);  // must not crash or hang
+    ++checked;
+  }
+  EXPECT_EQ(checked, 14);
 }
 
 }  // namespace

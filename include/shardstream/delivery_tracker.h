@@ -26,6 +26,12 @@ namespace shardstream {
 class SHARDSTREAM_EXPORT DeliveryTracker {
  public:
   explicit DeliveryTracker(const ConsumerPlan& plan);
+  // Tracks several consumers' plans of the same EpochPlan at once, e.g. all
+  // DataLoader workers of a rank, marked where the batches reach the training
+  // loop (the main process), so batches prefetched by a worker but never
+  // consumed are not counted as delivered.
+  // REQUIRES: plans non-empty and from one EpochPlan.
+  explicit DeliveryTracker(const std::vector<ConsumerPlan>& plans);
 
   // Records sample `sample` of manifest shard `shard` as delivered. Where the
   // plan holds the sample more than once (padding), the first undelivered
@@ -45,11 +51,13 @@ class SHARDSTREAM_EXPORT DeliveryTracker {
   ResumeState State() const;
 
  private:
+  void AddPlan(const ConsumerPlan& plan);
+
   struct RangeProgress {
     int64_t prefix = 0;           // samples [first, first + prefix) delivered
     std::set<int64_t> beyond;     // offsets >= prefix delivered out of order
   };
-  bool counts_known_;
+  bool counts_known_ = true;
   std::vector<ShardRange> ranges_;
   std::vector<RangeProgress> progress_;
   std::unordered_map<int64_t, std::vector<uint32_t>> by_shard_;

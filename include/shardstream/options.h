@@ -54,6 +54,10 @@ struct TokenOptions {
   int64_t eod_token = -1;
   // Fills padding. Default: 0.
   int64_t pad_token = 0;
+  // kPack: also make "doc_ids" and "positions". Without them a batch is the
+  // "tokens" tensor alone (a third of the bytes to write), for models that
+  // attend across document boundaries. Default: true.
+  bool document_metadata = true;
 };
 
 struct LoaderOptions {

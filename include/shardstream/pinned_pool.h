@@ -75,6 +75,7 @@ struct BufferPoolStats {
   uint64_t acquires = 0;     // buffers lent out (ever)
   uint64_t in_use = 0;       // buffers lent out now
   uint64_t waits = 0;        // Acquire calls that had to wait for a return
+  uint64_t waiting = 0;      // Acquire calls waiting now
 };
 
 class SHARDSTREAM_EXPORT BufferPool {

@@ -9,6 +9,7 @@
 #ifndef SHARDSTREAM_PREFETCH_QUEUE_H_
 #define SHARDSTREAM_PREFETCH_QUEUE_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
@@ -36,9 +37,16 @@ class PrefetchQueue {
 
   // Removes the oldest entry, waiting for one: the value, the queued error,
   // or T() for the end marker. After Cancel() returns kCancelled.
-  Result<T> Pop() {
+  Result<T> Pop() { return Pop(std::chrono::milliseconds::max()); }
+  // The same, waiting at most `timeout`; returns kUnavailable when it passes.
+  Result<T> Pop(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
-    not_empty_.wait(lock, [&] { return cancelled_ || size_ > 0; });
+    auto ready = [&] { return cancelled_ || size_ > 0; };
+    if (timeout == std::chrono::milliseconds::max()) {
+      not_empty_.wait(lock, ready);
+    } else if (!not_empty_.wait_for(lock, timeout, ready)) {
+      return Status::Unavailable("prefetch queue empty");
+    }
     if (cancelled_) return Status::Cancelled("prefetch queue stopped");
     Slot& s = slots_[head_];
     head_ = (head_ + 1) % slots_.size();

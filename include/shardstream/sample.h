@@ -26,7 +26,8 @@ struct Field {
   std::string name;        // "jpg", "tokens.npy"; case preserved
   std::string_view data;   // the member's bytes; valid while `owner` lives
   std::shared_ptr<const void> owner;  // keeps the buffer behind `data` alive
-  uint64_t offset = 0;     // offset of the member's data in the (uncompressed) tar
+  uint64_t offset = 0;     // offset of the member's data in the (uncompressed)
+                           // tar; 0 under TarEngine::kLibarchive, which does not say
 };
 
 struct Sample {

@@ -22,6 +22,7 @@
 // No thread is started before the first download; destruction cancels the
 // downloads in flight and joins the pool. CachedShards may outlive the cache
 // (their reads then fail with kCancelled if they still wait for bytes).
+// Do not carry a ShardCache across fork(): create one in each process.
 #ifndef SHARDSTREAM_SHARD_CACHE_H_
 #define SHARDSTREAM_SHARD_CACHE_H_
 
@@ -156,16 +157,17 @@ class SHARDSTREAM_EXPORT ShardCache {
   Result<std::unique_ptr<CachedShard>> Open(const ShardRef& shard);
 
   // A pinned random-access view of a complete entry: waits for the download
-  // to finish (and verify) first. Streams from nowhere: in kOff mode, or when
-  // the entry cannot be cached, this reads the source directly.
+  // to finish and be verified first. In kOff mode, or when the shard cannot
+  // be cached, returns the source's own RandomAccessFile (not verified).
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const ShardRef& shard);
 
-  // Tells the cache which shards come next, in order. The first
-  // prefetch_lookahead of them that are neither cached nor downloading are
-  // downloaded by the pool; shards from an earlier call that have not started
-  // are dropped. Never evicts an entry in use; skips a shard that does not fit.
-  // Errors are not reported here (a later Open sees them). No-op unless
-  // kReadWrite.
+  // Tells the cache which shards come next, in order. Of the first
+  // prefetch_lookahead of them, those neither cached nor downloading are
+  // downloaded by the pool (at most download_threads - 1 at once, so that a
+  // reader's miss always finds a thread); shards from an earlier call that
+  // have not started are dropped. Never evicts an entry in use; skips a shard
+  // that does not fit. Errors are not reported here (a later Open sees them).
+  // No-op unless kReadWrite. Call it whenever the reader moves on.
   void Prefetch(const std::vector<ShardRef>& upcoming);
 
   // Blocks until no prefetch download is queued or running (tests, tools).

@@ -132,8 +132,17 @@ class SHARDSTREAM_EXPORT EpochPlan {
   std::shared_ptr<const Impl> impl_;
 };
 
-// EpochPlan::Create(...).ThisConsumer().
+// The same as EpochPlan::Create(...).ThisConsumer(), cheaper: a fresh global
+// plan shuffles only as far as this consumer's last shard (on average half
+// the epoch's order). Use EpochPlan where one process needs several
+// consumers.
 SHARDSTREAM_EXPORT Result<ConsumerPlan> PlanConsumer(const Manifest& manifest,
+                                                     const PlanOptions& options,
+                                                     const ResumeState* resume = nullptr);
+// The same from bare sample counts and the manifest's Fingerprint(), which a
+// caller planning every epoch computes once.
+SHARDSTREAM_EXPORT Result<ConsumerPlan> PlanConsumer(const std::vector<int64_t>& nsamples,
+                                                     const std::string& fingerprint,
                                                      const PlanOptions& options,
                                                      const ResumeState* resume = nullptr);
 

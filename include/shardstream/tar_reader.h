@@ -114,13 +114,16 @@ class SHARDSTREAM_EXPORT TarReader {
   virtual const TarStats& stats() const = 0;
   // Samples read so far with their offsets; complete once Next returned false
   // without a skip. Entries start at the sample the reader was opened at.
+  // Sample lengths are exact with the fast engine only.
   virtual const SampleIndex& index() const = 0;
   virtual ShardCompression compression() const = 0;
   // The shard's url, credentials redacted.
   virtual const std::string& url() const = 0;
 };
 
-// Reads a whole shard and returns its index (what `shardstream index` writes).
+// Reads a whole shard (always with the fast engine) and returns its index
+// (what `shardstream index` writes). On failure returns the reader's error,
+// also under a skip-shard policy.
 SHARDSTREAM_EXPORT Result<SampleIndex> BuildSampleIndex(const std::string& url,
                                                         const TarReaderOptions& options = {});
 

@@ -30,6 +30,12 @@ std::string LockPath(const std::string& dir, const std::string& key);   // <key>
 // <key>.<size or "u">.<pid>.<random hex>.tmp
 std::string NewTempPath(const std::string& dir, const std::string& key, int64_t size);
 
+// Writes a small file atomically (temporary "<stem>.meta.<pid>.<rand>.tmp",
+// rename). The temporary name is unique per process even after fork(), and
+// abandoned ones are cleaned like download temporaries.
+Status WriteSmallFileAtomic(Source& fs, const std::string& dir, const std::string& stem,
+                            const std::string& path, std::string_view text, bool sync);
+
 // An flock(2)ed file descriptor, released on destruction.
 class FileLock {
  public:

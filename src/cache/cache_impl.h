@@ -109,6 +109,8 @@ class ShardCache::Impl {
   Status Publish(internal::Download& d, WritableFile& file, const std::string& temp,
                  const std::string& checksum, uint64_t size);
   void OnNoSpace(const Status& s, bool give_up, uint64_t need);
+  // Any other write failure in the cache directory: stream uncached a while.
+  void OnCacheError(const Status& s);
   void FinishDownload(internal::Download& d, Status status, bool uncached);
 
   std::atomic<bool> stopping_{false};
@@ -128,6 +130,7 @@ class ShardCache::Impl {
   int running_ = 0;
   std::chrono::steady_clock::time_point suspended_until_{};
   bool warned_nospace_ = false;
+  bool warned_error_ = false;
 
   friend class ShardCache;
 };

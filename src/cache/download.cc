@@ -21,13 +21,17 @@ namespace {
 
 std::string Basename(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
-// How long caching stays off after the disk was found full twice.
+// How long caching stays off after the disk was found full twice, or failed.
 constexpr auto kNoSpaceBackoff = std::chrono::seconds(30);
 
 }  // namespace
 
 void ShardCache::Impl::EnqueueDownload(std::shared_ptr<Download> d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping()) {  // raced with Stop(): no new thread may start now
+    lock.unlock();
+    return FinishDownload(*d, Status::Cancelled("shard cache is shutting down"), false);
+  }
   reader_queue_.push_back(std::move(d));
   // A reader is waiting for this one: never queue it behind busy threads.
   if (idle_threads_ == 0 && static_cast<int>(threads_.size()) < 2 * opts.download_threads)
@@ -195,9 +199,16 @@ Status ShardCache::Impl::Publish(Download& d, WritableFile& file, const std::str
                          {"size", size},
                          {"checksum", d.ref.checksum.empty() ? checksum : d.ref.checksum}};
   // The metadata goes first: an entry is never visible without it.
-  SHARDSTREAM_RETURN_IF_ERROR(
-      WriteFileAtomic(*opts.fs, internal::MetaPath(opts.dir, d.key), meta.dump() + "\n"));
-  SHARDSTREAM_RETURN_IF_ERROR(opts.fs->Rename(temp, internal::EntryPath(opts.dir, d.key)));
+  SHARDSTREAM_RETURN_IF_ERROR(internal::WriteSmallFileAtomic(
+      *opts.fs, opts.dir, d.key, internal::MetaPath(opts.dir, d.key), meta.dump() + "\n",
+      opts.sync_entries));
+  {
+    // Under the directory lock: a scan that raced with the rename could see
+    // the file under neither name and over-commit the space.
+    SHARDSTREAM_ASSIGN_OR_RETURN(
+        FileLock dir_lock, internal::LockFile(opts.dir + "/" + internal::kDirLock, true, true));
+    SHARDSTREAM_RETURN_IF_ERROR(opts.fs->Rename(temp, internal::EntryPath(opts.dir, d.key)));
+  }
   if (opts.sync_entries) SHARDSTREAM_RETURN_IF_ERROR(opts.fs->SyncDir(opts.dir));
   return Status::OK();
 }
@@ -220,6 +231,20 @@ void ShardCache::Impl::OnNoSpace(const Status& s, bool give_up, uint64_t need) {
     internal::Log().warn(
         "shard cache {}: disk full ({}); streaming shards without caching for now",
         opts.dir, s.message());
+  }
+}
+
+void ShardCache::Impl::OnCacheError(const Status& s) {
+  bool warn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    suspended_until_ = std::chrono::steady_clock::now() + kNoSpaceBackoff;
+    warn = !warned_error_;
+    warned_error_ = true;
+  }
+  if (warn) {
+    internal::Log().warn("shard cache {}: cannot write ({}); streaming shards without caching "
+                         "for now", opts.dir, s.ToString());
   }
 }
 
@@ -271,7 +296,8 @@ void ShardCache::Impl::RunDownload(Download& d) {
         if (!nospace_retried) { nospace_retried = true; attempt--; continue; }
         return FinishDownload(d, Status::OK(), true);
       }
-      return FinishDownload(d, file.status().WithContext("caching " + redacted), false);
+      OnCacheError(file.status());
+      return FinishDownload(d, Status::OK(), true);
     }
     // The writer's lock on its own temporary tells cleaners it is alive.
     auto temp_lock = internal::LockFile(temp, true, false);
@@ -293,6 +319,7 @@ void ShardCache::Impl::RunDownload(Download& d) {
     hasher = std::move(Hasher::Create(algorithm).value());
     uint64_t written = 0;
     Status failed;
+    bool fs_error = false;  // the cache's disk failed, not the source
     while (true) {
       if (stopping()) { failed = Status::Cancelled("shard cache is shutting down"); break; }
       auto got = in->Read(buf.size(), buf.data());
@@ -307,7 +334,7 @@ void ShardCache::Impl::RunDownload(Download& d) {
       }
       hasher->Update(buf.data(), *got);
       Status s = (*file)->Append(std::string_view(buf.data(), *got));
-      if (!s.ok()) { failed = s; break; }
+      if (!s.ok()) { failed = s; fs_error = true; break; }
       written += *got;
       {
         std::lock_guard<std::mutex> lock(d.mu);
@@ -328,7 +355,10 @@ void ShardCache::Impl::RunDownload(Download& d) {
                           ", got " + actual + " (" + std::to_string(written) + " bytes)",
                       redacted);
     }
-    if (failed.ok()) failed = Publish(d, **file, temp, actual, written);
+    if (failed.ok()) {
+      failed = Publish(d, **file, temp, actual, written);
+      fs_error = !failed.ok();
+    }
     if (failed.ok()) {
       UpdateStats([](CacheStats& s) { s.downloads++; });
       return FinishDownload(d, Status::OK(), false);
@@ -339,6 +369,10 @@ void ShardCache::Impl::RunDownload(Download& d) {
     if (internal::IsNoSpace(failed)) {
       OnNoSpace(failed, nospace_retried, size >= 0 ? static_cast<uint64_t>(size) : written);
       if (!nospace_retried) { nospace_retried = true; attempt--; continue; }
+      return FinishDownload(d, Status::OK(), true);
+    }
+    if (fs_error) {  // a failing cache disk must not stop training
+      OnCacheError(failed);
       return FinishDownload(d, Status::OK(), true);
     }
     bool mismatch = failed.code() == StatusCode::kChecksum;

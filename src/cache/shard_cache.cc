@@ -249,8 +249,10 @@ Result<std::unique_ptr<ShardCache>> ShardCache::Create(ShardCacheOptions options
   if (options.mode == CacheMode::kReadWrite) {
     SHARDSTREAM_RETURN_IF_ERROR(options.fs->CreateDir(options.dir));
     std::string marker = options.dir + "/" + internal::kCacheMarker;
-    if (::access(marker.c_str(), F_OK) != 0)
-      SHARDSTREAM_RETURN_IF_ERROR(WriteFileAtomic(*options.fs, marker, internal::kCacheFormat));
+    if (::access(marker.c_str(), F_OK) != 0) {
+      SHARDSTREAM_RETURN_IF_ERROR(internal::WriteSmallFileAtomic(
+          *options.fs, options.dir, internal::kCacheMarker, marker, internal::kCacheFormat, true));
+    }
     // Temporaries of crashed processes (their lock is free, their pid gone).
     auto lock = internal::LockFile(options.dir + "/" + internal::kDirLock, true, true);
     if (!lock.ok()) return lock.status();
@@ -295,6 +297,8 @@ Status ShardCache::Evict(const std::string& url) {
   struct stat st;
   if (::stat(internal::EntryPath(dir, key).c_str(), &st) != 0)
     return Status(StatusCode::kNotFound, "not cached: " + RedactUrl(url), RedactUrl(url));
+  SHARDSTREAM_ASSIGN_OR_RETURN(FileLock dir_lock,
+                               internal::LockFile(dir + "/" + internal::kDirLock, true, true));
   if (!internal::RemoveEntryIfUnused(*impl_->opts.fs, dir, key))
     return Status(StatusCode::kUnavailable, "in use, not evicted: " + RedactUrl(url),
                   RedactUrl(url));
@@ -330,7 +334,8 @@ Result<std::vector<CacheEntryInfo>> ListCacheEntries(const std::string& dir) {
     if (info.temporary) {
       info.in_use = !internal::TempAbandoned(item);
     } else {
-      auto lock = internal::LockFile(internal::LockPath(dir, item.key), true, false);
+      auto lock = internal::LockFile(internal::LockPath(dir, item.key), true, false,
+                                     /*create=*/false);  // listing never writes
       info.in_use = lock.ok() && !lock->held();
     }
     out.push_back(std::move(info));

@@ -23,10 +23,19 @@ int64_t Manifest::TotalSamples() const {
 }
 
 std::string Manifest::Fingerprint() const {
+  // Hashes "url\tsize\tnsamples\tchecksum\n" per shard. One reused buffer:
+  // a million shards would otherwise mean millions of small allocations.
   auto h = Hasher::Create("xxh3_128");
+  std::string line;
   for (const auto& s : shards) {
-    std::string line = s.url + '\t' + std::to_string(s.size) + '\t' +
-                       std::to_string(s.nsamples) + '\t' + s.checksum + '\n';
+    line.assign(s.url);
+    line += '\t';
+    line += std::to_string(s.size);
+    line += '\t';
+    line += std::to_string(s.nsamples);
+    line += '\t';
+    line += s.checksum;
+    line += '\n';
     (*h)->Update(line);
   }
   return (*h)->Finish();
@@ -173,15 +182,23 @@ Result<Manifest> LoadManifest(const std::string& manifest_or_pattern, Source* so
   return ReadManifest(manifest_or_pattern, source);
 }
 
+namespace {
+// A JSON string literal. Invalid UTF-8 (a url built in memory from raw file
+// names) becomes U+FFFD rather than an exception escaping the library.
+std::string Quote(const std::string& s) {
+  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+}  // namespace
+
 std::string FormatManifestJsonl(const Manifest& manifest) {
   std::string out;
   for (const auto& s : manifest.shards) {
     // Fixed key order: build the line by hand.
-    out += "{\"url\": " + json(s.url).dump();
+    out += "{\"url\": " + Quote(s.url);
     if (s.size >= 0) out += ", \"size\": " + std::to_string(s.size);
     if (s.nsamples >= 0) out += ", \"nsamples\": " + std::to_string(s.nsamples);
-    if (!s.checksum.empty()) out += ", \"checksum\": " + json(s.checksum).dump();
-    for (const auto& [k, v] : s.extra) out += ", " + json(k).dump() + ": " + v;
+    if (!s.checksum.empty()) out += ", \"checksum\": " + Quote(s.checksum);
+    for (const auto& [k, v] : s.extra) out += ", " + Quote(k) + ": " + v;
     out += "}\n";
   }
   return out;

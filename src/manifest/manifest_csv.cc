@@ -91,6 +91,15 @@ Result<int64_t> ParseCount(const std::string& cell, const std::string& column,
   return v;
 }
 
+bool ValidUtf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 Result<ParsedEntries> ParseCsv(std::string_view text, const std::string& url) {
@@ -106,6 +115,7 @@ Result<ParsedEntries> ParseCsv(std::string_view text, const std::string& url) {
   for (size_t i = 0; i < rec.fields.size(); ++i) {
     std::string name = Trim(rec.fields[i]);
     if (name.empty()) return ManifestLineError(url, rec.line, "empty CSV column name");
+    if (!ValidUtf8(name)) return ManifestLineError(url, rec.line, "CSV header is not valid UTF-8");
     for (const auto& h : header)
       if (h == name) return ManifestLineError(url, rec.line, "CSV column '" + name + "' twice");
     if (name == "url") url_col = static_cast<int>(i);
@@ -127,6 +137,9 @@ Result<ParsedEntries> ParseCsv(std::string_view text, const std::string& url) {
     ShardEntry e;
     for (size_t i = 0; i < header.size(); ++i) {
       const std::string& name = header[i];
+      // Everything must survive being written back as JSON Lines.
+      if (!ValidUtf8(rec.fields[i]))
+        return ManifestLineError(url, rec.line, "CSV field '" + name + "' is not valid UTF-8");
       std::string cell = Trim(rec.fields[i]);
       if (name == "url") {
         e.url = cell;

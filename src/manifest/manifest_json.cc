@@ -48,6 +48,8 @@ Result<ParsedEntries> ParseJsonDocument(std::string_view text, const std::string
   } catch (const nlohmann::json::parse_error& e) {
     return ManifestLineError(url, LineOf(text, e.byte > 0 ? e.byte - 1 : 0),
                              "not valid JSON (" + std::string(e.what()) + ")");
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+    return ManifestLineError(url, 1, "not valid JSON (" + std::string(e.what()) + ")");
   }
   const nlohmann::json* shards = &doc;
   if (doc.is_object()) {

@@ -124,12 +124,17 @@ Result<std::shared_ptr<HostBuffer>> BufferPool::Acquire(std::chrono::millisecond
     };
     if (!ready()) {
       waited = true;
+      ++s.stats.waiting;
+      bool got = true;
       if (timeout == std::chrono::milliseconds::max()) {
         s.returned.wait(lock, ready);
-      } else if (!s.returned.wait_for(lock, timeout, ready)) {
+      } else {
+        got = s.returned.wait_for(lock, timeout, ready);
+      }
+      --s.stats.waiting;
+      if (!got)
         return Status::Unavailable("no free host buffer within " +
                                    std::to_string(timeout.count()) + " ms");
-      }
     }
     if (s.cancelled) return Status::Cancelled("buffer pool stopped");
     if (!s.free_slots.empty()) {

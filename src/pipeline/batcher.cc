@@ -16,6 +16,7 @@ Status SlotSource::Init(std::shared_ptr<const BatchLayout> layout) {
   o.slots = config_.slots;
   o.allocator = config_.allocator;
   SHARDSTREAM_ASSIGN_OR_RETURN(pool_, BufferPool::Create(std::move(o)));
+  pool_ptr_.store(pool_.get(), std::memory_order_release);
   writer_ = std::make_unique<BatchWriter>(std::move(layout));
   return Status::OK();
 }
@@ -106,6 +107,7 @@ Status SampleBatcher::Add(const RowInput& row) {
       w.SetBytes(i, r, row.fields[i].present ? decoded_[i].data : std::string_view());
     } else {
       char* dst = w.column(i) + static_cast<size_t>(r) * c.row_bytes;
+      if (c.row_bytes == 0) continue;
       if (row.fields[i].present) {
         std::memcpy(dst, decoded_[i].bytes().data(), c.row_bytes);
       } else {

@@ -8,6 +8,7 @@
 #ifndef SHARDSTREAM_PIPELINE_BATCHER_H_
 #define SHARDSTREAM_PIPELINE_BATCHER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,16 +61,18 @@ class SHARDSTREAM_EXPORT SlotSource {
     next_index_ = 0;
   }
   void set_next_index(int64_t i) { next_index_ = i; }
-  BufferPool* pool() const { return pool_.get(); }
+  // Safe from any thread (null until the first batch).
+  BufferPool* pool() const { return pool_ptr_.load(std::memory_order_acquire); }
   size_t arena_bytes() const { return config_.arena_bytes; }
   void Cancel() {
-    if (pool_) pool_->Cancel();
+    if (BufferPool* p = pool()) p->Cancel();
   }
 
  private:
   PoolConfig config_;
   EmitFn emit_;
   std::shared_ptr<BufferPool> pool_;
+  std::atomic<BufferPool*> pool_ptr_{nullptr};
   std::unique_ptr<BatchWriter> writer_;
   std::shared_ptr<const std::vector<std::string>> urls_;
   int64_t epoch_ = 0;
@@ -80,6 +83,7 @@ class SHARDSTREAM_EXPORT SampleBatcher {
  public:
   SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, PoolConfig pool, EmitFn emit);
   SlotSource& slots() { return slots_; }
+  const SlotSource& slots() const { return slots_; }
   // Decodes row's fields into the batch in progress; emits it when full.
   Status Add(const RowInput& row);
   // Emits the partial batch, if any.
@@ -98,6 +102,7 @@ class SHARDSTREAM_EXPORT TokenPacker {
  public:
   TokenPacker(TokenOptions options, int64_t batch_size, PoolConfig pool, EmitFn emit);
   SlotSource& slots() { return slots_; }
+  const SlotSource& slots() const { return slots_; }
   // Appends one document (a 1-D integer tensor). Tokens that do not fit are
   // carried into the next row and batch. `skip` tokens at its start were
   // already delivered before a restore and are not emitted again.

@@ -3,6 +3,7 @@
 // resume, and keeps the statistics.
 #include "shardstream/loader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -26,9 +27,17 @@ class Loader::Impl {
   int64_t epoch = 0;
   ConsumerPlan plan;
   std::unique_ptr<DeliveryTracker> tracker;
-  // Token batches: partly delivered documents (from a restore, and the one
-  // the last returned batch left unfinished).
+  // Delivered samples not yet given to the tracker. Sorting a large window
+  // before marking lets the tracker's per-range prefixes absorb nearly all
+  // of them, instead of one out-of-order set node per shuffled sample; the
+  // window is allocated once, so next() allocates nothing.
+  static constexpr size_t kPendingDeliveries = 1 << 16;
+  std::vector<SampleId> pending;
+  // Token batches: partly delivered documents from a restore, and the one
+  // the last returned batch left unfinished.
   std::map<std::pair<int64_t, int64_t>, int64_t> partial;
+  bool has_carry = false;
+  LoaderState::Partial carry;
   std::unique_ptr<internal::LoaderRun> run;
   std::unique_ptr<internal::RunCounters> counters = std::make_unique<internal::RunCounters>();
   Status sticky;
@@ -50,7 +59,28 @@ class Loader::Impl {
     }
   }
   Status Deliver(const Batch& b);
+  void FlushDeliveries();
 };
+
+void Loader::Impl::FlushDeliveries() {
+  std::sort(pending.begin(), pending.end(), [](const SampleId& a, const SampleId& b) {
+    return a.shard != b.shard ? a.shard < b.shard : a.index < b.index;
+  });
+  for (size_t i = 0; i < pending.size();) {
+    size_t j = i + 1;
+    while (j < pending.size() && pending[j].shard == pending[i].shard &&
+           pending[j].index == pending[j - 1].index + 1)
+      ++j;
+    Status s = tracker->MarkDelivered(pending[i].shard, pending[i].index,
+                                      pending[i].index + static_cast<int64_t>(j - i));
+    if (!s.ok() && !warned_untracked) {
+      warned_untracked = true;
+      internal::Log().warn("loader: delivery not tracked: {}", s.ToString());
+    }
+    i = j;
+  }
+  pending.clear();
+}
 
 Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
   EndRun();
@@ -64,6 +94,9 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
   po.remainder = opt.pad_remainder ? Remainder::kPad : Remainder::kDrop;
   SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(manifest, po, resume));
   tracker = std::make_unique<DeliveryTracker>(plan);
+  pending.clear();
+  pending.reserve(kPendingDeliveries);
+  has_carry = false;
   epoch = e;
   ended = false;
   sticky = Status::OK();
@@ -74,16 +107,14 @@ Status Loader::Impl::Deliver(const Batch& b) {
   if (plan.num_samples < 0) return Status::OK();  // unknown counts: nothing to track
   for (int64_t i = 0; i < b.num_samples(); ++i) {
     SampleId id = b.sample(i);
-    Status s = tracker->MarkDelivered(id.shard, id.index);
-    if (!s.ok() && !warned_untracked) {
-      warned_untracked = true;
-      internal::Log().warn("loader: delivery not tracked: {}", s.ToString());
-    }
+    if (pending.size() == kPendingDeliveries) FlushDeliveries();
+    pending.push_back(id);
     if (!partial.empty()) partial.erase({id.shard, id.index});
   }
   SampleId id;
   int64_t tokens;
-  if (b.continued(&id, &tokens)) partial[{id.shard, id.index}] = tokens;
+  has_carry = b.continued(&id, &tokens);
+  if (has_carry) carry = LoaderState::Partial{id.shard, id.index, tokens};
   return Status::OK();
 }
 
@@ -138,13 +169,21 @@ MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
     slot = static_cast<uint64_t>(static_cast<double>(B) * avg) + o.variable_bytes;
   }
   e.slots = nslots * slot;
-  const int lanes = std::max(o.open_shards, o.reader_threads);
-  // Each open shard holds the chunk being parsed plus the one its buffered
-  // samples still point into.
-  e.read = static_cast<uint64_t>(lanes) * 2 * o.read_chunk;
-  const double held = static_cast<double>(lanes * std::max<int64_t>(o.shard_queue, 1)) +
-                      2.0 * static_cast<double>(std::max<int64_t>(o.shuffle_buffer, 1));
-  e.buffered = static_cast<uint64_t>(held * avg);
+  const uint64_t lanes = static_cast<uint64_t>(std::max(o.open_shards, o.reader_threads));
+  const uint64_t chunk = o.read_chunk;
+  // Each open shard holds the chunk being parsed, the one its buffered
+  // samples still point into, and the tar reader keeps a couple of spare
+  // chunks for reuse.
+  e.read = lanes * 4 * chunk;
+  // Samples in the lane rings, and in the shuffle buffer: a shuffled sample
+  // may keep its whole read chunk alive, bounded here by twice its size.
+  const double ring = static_cast<double>(lanes) * static_cast<double>(std::max<int64_t>(o.shard_queue, 1));
+  const double shuffle = static_cast<double>(std::max<int64_t>(o.shuffle_buffer, 1));
+  e.buffered = static_cast<uint64_t>(ring * avg + shuffle * std::min(2 * avg, static_cast<double>(chunk)));
+  // Allocator slack (per-thread arenas, fragmentation from fields copied
+  // out of chunk boundaries): a quarter more, plus thread stacks in use,
+  // rings and tables.
+  e.buffered += (e.slots + e.read + e.buffered) / 4 + (uint64_t{2} << 20);
   return e;
 }
 
@@ -188,6 +227,7 @@ Result<Batch> Loader::next() {
     rc.plan = m.plan;
     rc.epoch = m.epoch;
     rc.skip_tokens = m.partial;
+    if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
     m.run = std::make_unique<internal::LoaderRun>(std::move(rc), m.counters.get());
     m.run->Start();
   }
@@ -199,7 +239,17 @@ Result<Batch> Loader::next() {
       m.first_next = m.last_log = t0;
     }
   }
-  Result<Batch> r = m.run->queue().Pop();
+  Result<Batch> r = m.run->queue().Pop(std::chrono::milliseconds(100));
+  // Wait in slices: holding every batch slot while asking for another
+  // would otherwise hang forever.
+  while (!r.ok() && r.status().code() == StatusCode::kUnavailable) {
+    if (m.run->StarvedOfSlots()) {
+      return Status::Unavailable(
+          "loader: the caller holds every batch slot (" + std::to_string(m.opt.prefetch + 2) +
+          "); drop batches no longer needed, or raise LoaderOptions::prefetch");
+    }
+    r = m.run->queue().Pop(std::chrono::milliseconds(100));
+  }
   const Clock::time_point t1 = Clock::now();
   m.counters->queue_depth = static_cast<int64_t>(m.run->queue().size());
   if (!r.ok()) {
@@ -241,13 +291,17 @@ Status Loader::set_epoch(int64_t epoch) {
 int64_t Loader::epoch() const { return impl_->epoch; }
 
 Result<LoaderState> Loader::state() const {
-  const Impl& m = *impl_;
+  Impl& m = *impl_;
   if (m.plan.num_samples < 0)
     return Status::Config("loader: no resume state without sample counts (" + m.plan.caveat + ")");
   LoaderState s;
+  m.FlushDeliveries();
   s.resume = m.tracker->State();
-  for (const auto& [id, tokens] : m.partial)
+  for (const auto& [id, tokens] : m.partial) {
+    if (m.has_carry && m.carry.shard == id.first && m.carry.sample == id.second) continue;
     s.partial.push_back(LoaderState::Partial{id.first, id.second, tokens});
+  }
+  if (m.has_carry) s.partial.push_back(m.carry);
   return s;
 }
 

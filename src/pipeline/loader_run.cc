@@ -1,5 +1,7 @@
 #include "pipeline/loader_run.h"
 
+#include <pthread.h>
+
 #include "common/log.h"
 #include "pipeline/prng.h"
 #include "pipeline/shuffle_buffer.h"
@@ -69,6 +71,12 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
 
 LoaderRun::~LoaderRun() { Stop(); }
 
+bool LoaderRun::StarvedOfSlots() const {
+  const SlotSource& src = batcher_ ? batcher_->slots() : packer_->slots();
+  BufferPool* pool = src.pool();
+  return pool != nullptr && pool->stats().waiting > 0 && queue_.size() == 0;
+}
+
 void LoaderRun::Start() {
   lanes_->Start();
   thread_ = std::thread([this] { Assemble(); });
@@ -96,6 +104,7 @@ Status LoaderRun::Emit(Batch&& b) {
 }
 
 void LoaderRun::Assemble() {
+  pthread_setname_np(pthread_self(), "ss-assemble");
   Status s = Pipeline();
   if (stop_.load()) return;
   if (s.ok()) {
@@ -197,13 +206,16 @@ Status LoaderRun::Pipeline() {
       }
       if (known) --weight[lu];
       if (buffer.Put(&item, &out)) SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
-      counters_->shuffle_fill = static_cast<int64_t>(buffer.size());
+      // Relaxed: a seq_cst store is a full fence that waits for every store
+      // the batcher just made.
+      counters_->shuffle_fill.store(static_cast<int64_t>(buffer.size()),
+                                    std::memory_order_relaxed);
       break;
     }
   }
   while (!stop_.load() && buffer.Drain(&out)) {
     SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
-    counters_->shuffle_fill = static_cast<int64_t>(buffer.size());
+    counters_->shuffle_fill.store(static_cast<int64_t>(buffer.size()), std::memory_order_relaxed);
   }
   if (stop_.load()) return Status::Cancelled("loader stopped");
   return batcher_ ? batcher_->Flush() : packer_->Flush();

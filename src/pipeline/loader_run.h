@@ -46,6 +46,9 @@ class LoaderRun {
   void Start();
   void Stop();
   PrefetchQueue<Batch>& queue() { return queue_; }
+  // True when the assembler waits for a batch slot while none is queued:
+  // only the caller can free one (it holds every slot).
+  bool StarvedOfSlots() const;
 
  private:
   void Assemble();

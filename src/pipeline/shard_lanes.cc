@@ -1,5 +1,7 @@
 #include "pipeline/shard_lanes.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 #include "shardstream/url.h"
@@ -58,54 +60,71 @@ void ShardLanes::Stop() {
 bool ShardLanes::Pop(int l, LaneItem* out) {
   Lane* lane = lanes_[static_cast<size_t>(l)].get();
   Group* g = lane->group;
-  std::unique_lock<std::mutex> lock(g->mu);
-  g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
-  if (lane->count == 0) return false;
-  LaneItem& item = lane->ring[lane->head];
-  lock.unlock();
-  // The head slot is the consumer's until count is decremented.
-  using std::swap;
-  swap(item.sample, out->sample);
-  out->kind = item.kind;
-  out->shard = item.shard;
-  out->status = std::move(item.status);
-  item.status = Status::OK();
-  lock.lock();
-  lane->head = (lane->head + 1) % lane->ring.size();
-  --lane->count;
-  lock.unlock();
-  g->space.notify_one();
+  bool wake;
+  {
+    std::unique_lock<std::mutex> lock(g->mu);
+    if (lane->count == 0) g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
+    if (lane->count == 0) return false;
+    LaneItem& item = lane->ring[lane->head];
+    using std::swap;
+    swap(item.sample, out->sample);  // pointer swaps: cheap under the lock
+    out->kind = item.kind;
+    out->shard = item.shard;
+    out->status = std::move(item.status);
+    item.status = Status::OK();
+    lane->head = (lane->head + 1) % lane->ring.size();
+    --lane->count;
+    // Wake the reader only when the ring is half empty, so it refills in a
+    // burst instead of one context switch per sample.
+    wake = lane->count == lane->ring.size() / 2;
+  }
+  if (wake) g->space.notify_one();
   return true;
 }
 
 void ShardLanes::Run(Group* g) {
+  pthread_setname_np(pthread_self(), "ss-reader");
   while (!stop_.load()) {
     bool produced = false;
     for (Lane* lane : g->lanes) {
-      size_t slot;
+      size_t slot, free;
       {
         std::lock_guard<std::mutex> lock(g->mu);
         if (stop_.load()) return;
         if (lane->finished || lane->count == lane->ring.size()) continue;
         slot = (lane->head + lane->count) % lane->ring.size();
+        free = lane->ring.size() - lane->count;
       }
-      Produce(lane, &lane->ring[slot]);
+      // Fill the free slots (they are ours until published), publishing in
+      // small bursts: fewer lock round trips, little added latency.
+      const size_t burst = std::min<size_t>(free, 8);
+      size_t made = 0;
+      bool done = false;
+      while (made < burst && !done) {
+        Produce(lane, &lane->ring[slot]);
+        slot = (slot + 1) % lane->ring.size();
+        ++made;
+        // Only this thread writes `finished` (under the lock, for the
+        // waiting predicate); reading it here needs no lock.
+        done = lane->finished;
+      }
       {
         std::lock_guard<std::mutex> lock(g->mu);
-        ++lane->count;
+        lane->count += made;
       }
       g->data.notify_all();
       produced = true;
     }
     if (!produced) {
       std::unique_lock<std::mutex> lock(g->mu);
+      // Sleep until a lane is half empty (Pop wakes us then).
       auto work = [&] {
         if (stop_.load()) return true;
         bool any_left = false;
         for (Lane* lane : g->lanes) {
           if (lane->finished) continue;
           any_left = true;
-          if (lane->count < lane->ring.size()) return true;
+          if (lane->count <= lane->ring.size() / 2) return true;
         }
         return !any_left;
       };
@@ -144,6 +163,13 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
   lane->read = 0;
   int64_t skip = r.first;
   if (config_.cache != nullptr) {
+    // Tell the cache what comes after this range, so it downloads ahead
+    // (ranges are opened roughly in plan order across the lanes).
+    std::vector<ShardRef> upcoming;
+    const size_t at = static_cast<size_t>(&r - ranges_.data());
+    for (size_t j = at + 1; j < ranges_.size() && upcoming.size() < 16; ++j)
+      upcoming.push_back(ranges_[j].ref);
+    config_.cache->Prefetch(upcoming);
     auto stream = config_.cache->Open(r.ref);
     if (!stream.ok()) return stream.status();
     ++counters_->cache_opens;

@@ -1,16 +1,28 @@
 #include "shardstream/delivery_tracker.h"
 
+#include <cassert>
+
 namespace shardstream {
 
-DeliveryTracker::DeliveryTracker(const ConsumerPlan& plan)
-    : counts_known_(plan.num_samples >= 0),
-      ranges_(plan.ranges),
-      progress_(plan.ranges.size()),
-      base_(plan.base) {
-  for (size_t i = 0; i < ranges_.size(); ++i) {
-    by_shard_[ranges_[i].shard].push_back(static_cast<uint32_t>(i));
-    if (counts_known_) total_ += ranges_[i].size();
+DeliveryTracker::DeliveryTracker(const ConsumerPlan& plan) : base_(plan.base) { AddPlan(plan); }
+
+DeliveryTracker::DeliveryTracker(const std::vector<ConsumerPlan>& plans) {
+  assert(!plans.empty());
+  if (!plans.empty()) base_ = plans[0].base;
+  for (const ConsumerPlan& p : plans) {
+    assert(p.base == base_ && "plans of different EpochPlans");
+    AddPlan(p);
   }
+}
+
+void DeliveryTracker::AddPlan(const ConsumerPlan& plan) {
+  counts_known_ = counts_known_ && plan.num_samples >= 0;
+  for (const ShardRange& r : plan.ranges) {
+    by_shard_[r.shard].push_back(static_cast<uint32_t>(ranges_.size()));
+    ranges_.push_back(r);
+    if (counts_known_) total_ += r.size();
+  }
+  progress_.resize(ranges_.size());
 }
 
 Status DeliveryTracker::MarkDelivered(int64_t shard, int64_t sample) {

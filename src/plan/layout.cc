@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <queue>
 
 #include "plan/prng.h"
 
@@ -17,30 +16,32 @@ std::vector<std::vector<uint32_t>> AssignNodes(const std::vector<int64_t>& count
     std::iota(out[0].begin(), out[0].end(), 0u);
     return out;
   }
-  // Seeded tie-break, so that equal-sized shards spread over nodes at random
-  // rather than by manifest position.
-  std::vector<uint32_t> tie(n);
-  std::iota(tie.begin(), tie.end(), 0u);
+  // Lay the shards out in a seeded random order (not manifest order, which
+  // often follows time or source), concatenate their samples, and cut that
+  // sequence into `nodes` equal parts: a shard belongs to the part where it
+  // starts. Each node's total is then within one shard's samples of total /
+  // nodes, in O(shards) without a sort or a heap.
+  std::vector<uint32_t> visit(n);
+  std::iota(visit.begin(), visit.end(), 0u);
   Xoshiro256 rng(DeriveSeed(seed, Domain::kNodeAssign, static_cast<uint64_t>(nodes)));
-  FisherYates(tie.data(), n, rng);
-  std::vector<uint32_t> rank(n);
-  for (size_t i = 0; i < n; ++i) rank[tie[i]] = static_cast<uint32_t>(i);
-  std::vector<uint32_t> by_size(n);
-  std::iota(by_size.begin(), by_size.end(), 0u);
-  std::sort(by_size.begin(), by_size.end(), [&](uint32_t x, uint32_t y) {
-    return counts[x] != counts[y] ? counts[x] > counts[y] : rank[x] < rank[y];
-  });
-  // Longest-processing-time greedy: within one largest shard of balanced.
-  using Load = std::pair<int64_t, int64_t>;  // (samples, node)
-  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> heap;
-  for (int64_t j = 0; j < nodes; ++j) heap.emplace(0, j);
-  for (uint32_t s : by_size) {
-    auto [load, j] = heap.top();
-    heap.pop();
-    out[static_cast<size_t>(j)].push_back(s);
-    heap.emplace(load + counts[s], j);
+  FisherYates(visit.data(), n, rng);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  std::vector<uint32_t> node_of(n);
+  int64_t start = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t s = visit[i];
+    // Without samples, cut by shard count instead.
+    const __int128 num = total > 0 ? static_cast<__int128>(start) * nodes
+                                   : static_cast<__int128>(i) * nodes;
+    const int64_t node = static_cast<int64_t>(num / (total > 0 ? total : static_cast<int64_t>(n)));
+    // Empty shards after the last sample start at `total`: keep them in range.
+    node_of[s] = static_cast<uint32_t>(std::min(node, nodes - 1));
+    start += counts[s];
   }
-  for (auto& v : out) std::sort(v.begin(), v.end());
+  // Each node's list in ascending shard order, the canonical start for the
+  // per-epoch shuffle.
+  for (size_t s = 0; s < n; ++s) out[node_of[s]].push_back(static_cast<uint32_t>(s));
   return out;
 }
 

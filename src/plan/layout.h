@@ -18,8 +18,9 @@ struct Segment {
 };
 
 // Assigns shards to `nodes` nodes once for all epochs (depends on seed and
-// nodes only): largest sample count first, each to the node with the fewest
-// samples so far, ties broken by a seeded shuffle. Each node's list ascends.
+// nodes only): the shards in a seeded random order, their samples
+// concatenated and cut into `nodes` equal parts; a shard goes to the part
+// where it starts. Each node's list ascends.
 std::vector<std::vector<uint32_t>> AssignNodes(const std::vector<int64_t>& counts, uint64_t seed,
                                                int64_t nodes);
 

@@ -84,14 +84,21 @@ class Xoshiro256 {
   uint64_t s_[4];
 };
 
-// Fisher-Yates (Durstenfeld): for i = n-1 down to 1 swap a[i] with a[j],
-// j uniform in [0, i].
+// One step of Fisher-Yates, front to back: fixes position i by swapping it
+// with a uniform position in [i, n). After step i, data[0..i] is final, so a
+// caller that needs only a prefix of the order can stop early.
+// REQUIRES: i < n.
+template <typename T>
+void FisherYatesStep(T* data, size_t i, size_t n, Xoshiro256& rng) {
+  if (n - i < 2) return;
+  size_t j = i + static_cast<size_t>(rng.Bounded(n - i));
+  std::swap(data[i], data[j]);
+}
+
+// Fisher-Yates (Durstenfeld), front to back: steps i = 0 .. n-2.
 template <typename T>
 void FisherYates(T* data, size_t n, Xoshiro256& rng) {
-  for (size_t i = n; i > 1; --i) {
-    size_t j = static_cast<size_t>(rng.Bounded(i));
-    std::swap(data[i - 1], data[j]);
-  }
+  for (size_t i = 0; i + 1 < n; ++i) FisherYatesStep(data, i, n, rng);
 }
 
 }  // namespace shardstream::internal

@@ -111,7 +111,9 @@ std::string ResumeState::ToJson() const {
 Result<ResumeState> ResumeState::FromJson(std::string_view text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Corrupt("not a JSON object");
-  if (j.value("format", "") != kJsonFormat) return Corrupt("missing \"format\": \"shardstream-resume\"");
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != kJsonFormat)
+    return Corrupt("missing \"format\": \"shardstream-resume\"");
   auto version = j.find("version");
   if (version == j.end() || !version->is_number_integer()) return Corrupt("missing \"version\"");
   if (version->get<int64_t>() != kVersion)

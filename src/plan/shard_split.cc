@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <numeric>
 
 #include "plan/layout.h"
+#include "plan/prng.h"
 
 namespace shardstream {
 
@@ -152,9 +154,12 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
     }
     impl->segment_length = n * per_node;
     for (size_t j = 0; j < impl->segments.size(); ++j) {
-      if (impl->segments[j].samples() == 0 && impl->segment_length > 0)
-        return Status::Config("plan: node " + std::to_string(j) +
-                              " has no samples to pad with; use fewer nodes or drop the remainder");
+      // An empty node would leave its ranks idle (pad) or zero every
+      // consumer's count (drop): refuse rather than plan an empty epoch.
+      if (nodes > 1 && impl->segments[j].samples() == 0)
+        return Status::Config("plan: node " + std::to_string(j) + " of " + std::to_string(nodes) +
+                              " gets no samples (" + std::to_string(nsamples.size()) +
+                              " shards); use fewer nodes or more shards");
     }
     if (impl->segment_length * nodes > 0) impl->todo.emplace_back(0, impl->segment_length * nodes);
     auto base = std::make_shared<ResumeState>();
@@ -238,10 +243,86 @@ bool EpochPlan::counts_known() const { return impl_->counts_known; }
 const std::string& EpochPlan::caveat() const { return impl_->caveat; }
 const std::shared_ptr<const ResumeState>& EpochPlan::base() const { return impl_->base; }
 
+namespace {
+
+// ThisConsumer() of a fresh global plan without shuffling the whole epoch:
+// Fisher-Yates runs front to back, so the order is final up to the last
+// shard this consumer touches and the rest need not be computed. On average
+// half the work of EpochPlan::Create; the first consumers almost none.
+ConsumerPlan SingleConsumer(const std::vector<int64_t>& counts, const std::string& fingerprint,
+                            const PlanOptions& o, int64_t per_consumer) {
+  const int64_t consumers = static_cast<int64_t>(o.world_size) * o.num_workers;
+  ConsumerPlan plan;
+  plan.rank = o.rank;
+  plan.worker = o.worker;
+  plan.consumer = static_cast<int64_t>(o.rank) * o.num_workers + o.worker;
+  plan.num_consumers = consumers;
+  plan.num_samples = per_consumer;
+  auto base = std::make_shared<ResumeState>();
+  base->fingerprint = fingerprint;
+  base->seed = o.seed;
+  base->epoch = o.epoch;
+  base->segment_length = per_consumer * consumers;
+  plan.base = std::move(base);
+  const int64_t begin = plan.consumer * per_consumer, end = begin + per_consumer;
+  if (begin == end) return plan;
+  std::vector<internal::Segment> seg(1);
+  std::vector<uint32_t>& order = seg[0].order;
+  std::vector<int64_t>& prefix = seg[0].prefix;
+  order.resize(counts.size());
+  std::iota(order.begin(), order.end(), 0u);
+  internal::Xoshiro256 rng(
+      internal::DeriveSeed(o.seed, internal::Domain::kShardOrder, static_cast<uint64_t>(o.epoch), 0));
+  prefix.reserve(order.size() + 1);
+  prefix.push_back(0);
+  // Shuffle a block, then sum it: one loop doing both stalls on two
+  // dependent cache misses per shard (the swap, then its count) and runs
+  // several times slower than the two loops apart.
+  constexpr size_t kBlock = 4096;
+  size_t done = 0;
+  while (done < order.size() && prefix.back() < end) {
+    const size_t stop = std::min(order.size(), done + kBlock);
+    for (size_t i = done; i < stop; ++i) internal::FisherYatesStep(order.data(), i, order.size(), rng);
+    for (size_t i = done; i < stop && prefix.back() < end; ++i)
+      prefix.push_back(prefix.back() + counts[order[i]]);
+    done = stop;
+  }
+  order.resize(prefix.size() - 1);  // keep only the part of the order in use
+  internal::EmitRanges(seg, plan.base->segment_length, begin, end, /*repeat=*/false, &plan.ranges);
+  return plan;
+}
+
+}  // namespace
+
+Result<ConsumerPlan> PlanConsumer(const std::vector<int64_t>& nsamples,
+                                  const std::string& fingerprint, const PlanOptions& options,
+                                  const ResumeState* resume) {
+  if (resume == nullptr && !options.node_local && !nsamples.empty() &&
+      nsamples.size() <= std::numeric_limits<uint32_t>::max()) {
+    SHARDSTREAM_RETURN_IF_ERROR(CheckOptions(options));
+    int64_t total = 0;
+    bool known = true;
+    for (int64_t n : nsamples) {
+      known = known && n >= 0;
+      total += n;
+    }
+    const int64_t consumers = static_cast<int64_t>(options.world_size) * options.num_workers;
+    const int64_t per = options.remainder == Remainder::kPad ? CeilDiv(total, consumers)
+                                                             : total / consumers;
+    const int64_t end = (static_cast<int64_t>(options.rank) * options.num_workers + options.worker + 1) * per;
+    // Padding that wraps needs the whole order; so do unknown counts.
+    if (known && end <= total) return SingleConsumer(nsamples, fingerprint, options, per);
+  }
+  SHARDSTREAM_ASSIGN_OR_RETURN(EpochPlan plan,
+                               EpochPlan::Create(nsamples, fingerprint, options, resume));
+  return plan.ThisConsumer();
+}
+
 Result<ConsumerPlan> PlanConsumer(const Manifest& manifest, const PlanOptions& options,
                                   const ResumeState* resume) {
-  SHARDSTREAM_ASSIGN_OR_RETURN(EpochPlan plan, EpochPlan::Create(manifest, options, resume));
-  return plan.ThisConsumer();
+  std::vector<int64_t> counts(manifest.shards.size());
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = manifest.shards[i].nsamples;
+  return PlanConsumer(counts, manifest.Fingerprint(), options, resume);
 }
 
 }  // namespace shardstream

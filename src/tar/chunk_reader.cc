@@ -1,8 +1,46 @@
 #include "tar/chunk_reader.h"
 
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 namespace shardstream::internal {
+
+struct ChunkReader::Pool {
+  explicit Pool(size_t size) : size(size) {}
+  ~Pool() {
+    for (char* p : free) delete[] p;
+  }
+  const size_t size;
+  std::mutex mu;
+  std::vector<char*> free;  // at most kMaxFree
+  static constexpr size_t kMaxFree = 4;
+};
+
+std::shared_ptr<char> ChunkReader::NewChunk() {
+  char* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    if (!pool_->free.empty()) {
+      p = pool_->free.back();
+      pool_->free.pop_back();
+    }
+  }
+  if (p == nullptr) p = new char[chunk_size_];
+  // The deleter holds the pool, so a view that outlives the reader still
+  // returns (or frees) its chunk safely, from any thread.
+  std::shared_ptr<Pool> pool = pool_;
+  return std::shared_ptr<char>(p, [pool](char* q) {
+    {
+      std::lock_guard<std::mutex> lock(pool->mu);
+      if (pool->free.size() < Pool::kMaxFree) {
+        pool->free.push_back(q);
+        return;
+      }
+    }
+    delete[] q;
+  });
+}
 namespace {
 std::shared_ptr<char> NewBuffer(size_t n) {
   // new char[] leaves the bytes uninitialised: they are read into at once.
@@ -11,7 +49,8 @@ std::shared_ptr<char> NewBuffer(size_t n) {
 }  // namespace
 
 ChunkReader::ChunkReader(ByteStream* in, size_t chunk_size, uint64_t base_offset)
-    : in_(in), chunk_size_(chunk_size), offset_(base_offset) {}
+    : in_(in), chunk_size_(chunk_size), pool_(std::make_shared<Pool>(chunk_size)),
+      offset_(base_offset) {}
 
 Result<size_t> ChunkReader::Fill() {
   SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in_->Read(chunk_size_ - end_, chunk_.get() + end_));
@@ -25,7 +64,7 @@ Result<size_t> ChunkReader::Ensure(size_t n) {
   size_t tail = end_ - pos_;
   if (!chunk_ || chunk_.use_count() > 1) {
     // Fields still point into the old chunk: start a new one.
-    auto fresh = NewBuffer(chunk_size_);
+    auto fresh = NewChunk();
     if (tail) std::memcpy(fresh.get(), chunk_.get() + pos_, tail);
     chunk_ = std::move(fresh);
   } else if (pos_ > 0 && tail) {

@@ -24,7 +24,6 @@ class FastMemberStream final : public MemberStream {
         url_(url),
         limits_(options.limits),
         reader_(in_.get(), options.chunk_size, base),
-        base_(base),
         total_(in_->size()) {}
 
   Status Next(Member* m) override {
@@ -54,7 +53,7 @@ class FastMemberStream final : public MemberStream {
           return Corrupt(off, long_name.value_or(""), "extension header without an entry");
         m->end = true;
         m->header_offset = m->end_offset = off;
-        return Status::OK();
+        return in_->Finish();
       }
       if (!ChecksumMatches(block)) {
         if (off == 0 && !seen_header_) return Corrupt(off, "", "not a tar shard (no valid tar header at offset 0)");
@@ -111,7 +110,13 @@ class FastMemberStream final : public MemberStream {
       // A real entry.
       m->end = false;
       m->problem = Status::OK();
-      m->path = pax.path ? *pax.path : long_name ? *long_name : HeaderPath(block);
+      if (pax.path) {
+        m->path = *pax.path;
+      } else if (long_name) {
+        m->path = *long_name;
+      } else {
+        HeaderPath(block, &m->path);
+      }
       m->header_offset = static_cast<uint64_t>(entry_start);
       uint64_t size = ustar_size;
       if (pax.size) {
@@ -186,7 +191,6 @@ class FastMemberStream final : public MemberStream {
   std::string url_;
   ReaderLimits limits_;
   ChunkReader reader_;
-  uint64_t base_;
   std::optional<uint64_t> total_;
   uint64_t entries_ = 0;
   uint64_t pending_skip_ = 0;

@@ -36,6 +36,8 @@ bool ChecksumMatches(const char* block);
 std::optional<uint64_t> ParseNumber(const char* field, size_t len);
 // The ustar name joined with the prefix where the magic says "ustar".
 std::string HeaderPath(const char* block);
+// Same, reusing *out's storage.
+void HeaderPath(const char* block, std::string* out);
 // A string field up to its first NUL.
 std::string_view FieldString(const char* field, size_t len);
 

@@ -244,7 +244,9 @@ Result<std::unique_ptr<TarReader>> OpenStream(std::unique_ptr<InputStream> strea
   std::unique_ptr<MemberStream> members;
   if (options.engine == TarEngine::kLibarchive && base == 0) {
     SHARDSTREAM_ASSIGN_OR_RETURN(members,
-                                 internal::NewArchiveMemberStream(std::move(in), url, options));
+                                 internal::NewArchiveMemberStream(
+                                     std::move(in), url, options,
+                                     compression == ShardCompression::kNone ? size : std::nullopt));
   } else {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto bytes,
                                  internal::OpenByteStream(std::move(in), compression,
@@ -307,7 +309,9 @@ Result<std::unique_ptr<TarReader>> TarReader::OpenAt(const std::string& url, int
 }
 
 Result<SampleIndex> BuildSampleIndex(const std::string& url, const TarReaderOptions& options) {
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, TarReader::Open(url, options));
+  TarReaderOptions o = options;
+  o.engine = TarEngine::kFast;  // it knows exact member extents
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, TarReader::Open(url, o));
   Sample s;
   while (true) {
     SHARDSTREAM_ASSIGN_OR_RETURN(bool got, reader->Next(&s));

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -101,8 +102,9 @@ std::vector<std::vector<int32_t>> Docs(int n, uint64_t seed) {
 }
 
 void RunPacker(TokenLayout layout, std::vector<Batch>* out,
-               const std::vector<std::vector<int32_t>>& docs) {
+               const std::vector<std::vector<int32_t>>& docs, bool metadata = true) {
   TokenOptions o;
+  o.document_metadata = metadata;
   o.field = "tokens.npy";
   o.seq_len = 16;
   o.layout = layout;
@@ -208,6 +210,21 @@ TEST(TokenPackerTest, PaddedRowsSplitLongDocumentsAndMask) {
   for (auto& d : rebuilt)
     if (!d.empty()) got.push_back(d);
   EXPECT_EQ(got, nonempty);
+}
+
+TEST(TokenPackerTest, TokensOnlyWithoutDocumentMetadata) {
+  auto docs = Docs(40, 3);
+  std::vector<Batch> with, without;
+  RunPacker(TokenLayout::kPack, &with, docs, true);
+  RunPacker(TokenLayout::kPack, &without, docs, false);
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t i = 0; i < with.size(); ++i) {
+    ASSERT_EQ(without[i].num_tensors(), 1u);
+    TensorView a = with[i].tensor("tokens"), b = without[i].tensor("tokens");
+    ASSERT_EQ(a.nbytes, b.nbytes);
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0);
+    EXPECT_EQ(with[i].num_samples(), without[i].num_samples());
+  }
 }
 
 }  // namespace

@@ -165,6 +165,7 @@ uint64_t CacheBytesOnDisk(const std::string& dir) {
   uint64_t total = 0;
   for (const char* suffix : {".shard", ".tmp"}) {
     for (const auto& name : FilesWithSuffix(dir, suffix)) {
+      if (name.find(".meta.") != std::string::npos) continue;  // metadata, not shard data
       struct stat st;
       if (::stat((dir + "/" + name).c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_size);
     }

@@ -95,7 +95,7 @@ inline Result<std::string> ReadThroughCache(ShardCache& cache, const ShardRef& r
 
 // Names in the cache directory ending in `suffix`.
 std::vector<std::string> FilesWithSuffix(const std::string& dir, const std::string& suffix);
-// Bytes of *.shard and *.tmp files in `dir` right now.
+// Bytes of shard data (*.shard and download *.tmp files) in `dir` right now.
 uint64_t CacheBytesOnDisk(const std::string& dir);
 
 }  // namespace shardstream::testing

@@ -100,7 +100,10 @@ ReadOutcome Drain(Result<std::unique_ptr<TarReader>> opened) {
     FlatSample f;
     f.key = s.key;
     f.offset = s.offset;
-    for (const Field& field : s.fields) f.fields.emplace_back(field.name, std::string(field.data));
+    for (const Field& field : s.fields) {
+      f.fields.emplace_back(field.name, std::string(field.data));
+      f.field_offsets.push_back(field.offset);
+    }
     out.samples.push_back(std::move(f));
   }
   out.stats = reader->stats();

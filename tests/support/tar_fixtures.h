@@ -45,6 +45,7 @@ struct FlatSample {
   std::string key;
   uint64_t offset = 0;
   std::vector<std::pair<std::string, std::string>> fields;  // name, bytes
+  std::vector<uint64_t> field_offsets;  // not compared by ==
   bool operator==(const FlatSample& o) const {
     return key == o.key && offset == o.offset && fields == o.fields;
   }

@@ -1,0 +1,276 @@
+// shardstream bench-loader MANIFEST: runs the Loader over a data set for a
+// few epochs and reports batches/s, samples/s, GB/s and peak RSS, next to two
+// figures measured in the same run over the same files: the plain
+// sequential read (the bandwidth ceiling) and the bare tar reader's
+// samples/s (one thread). --make-tokens / --make-samples write a synthetic
+// data set first.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "shardstream/decode.h"
+#include "shardstream/loader.h"
+#include "shardstream/shard_writer.h"
+#include "shardstream/tar_reader.h"
+#include "tools/command.h"
+#include "tools/tar_tool_util.h"
+
+namespace shardstream::tools {
+namespace {
+
+struct Args {
+  std::string manifest;
+  std::string make_tokens, make_samples;  // output directories
+  int64_t make_count = 0;                 // documents / samples to write
+  int64_t mean_tokens = 1024, sample_bytes = 1024;
+  uint64_t shard_mib = 256;
+  std::string tokens_field;
+  std::vector<std::string> fields;
+  int64_t batch_size = 256, seq_len = 2048, shuffle = 0, prefetch = 4;
+  int threads = 2, open_shards = 4, runs = 3;
+  std::string chunk_size = "4MiB";
+  bool json = false;
+  bool no_metadata = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+Status MakeData(const Args& a) {
+  const bool tokens = !a.make_tokens.empty();
+  ShardWriterOptions wo;
+  wo.max_bytes = a.shard_mib << 20;
+  wo.write_index = true;
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto w, ShardWriter::Create(tokens ? a.make_tokens : a.make_samples, wo));
+  uint64_t x = 88172645463325252ULL;
+  std::vector<int32_t> t;
+  std::string payload;
+  for (int64_t i = 0; i < a.make_count; ++i) {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    Sample s;
+    char key[32];
+    std::snprintf(key, sizeof(key), "%09lld", static_cast<long long>(i));
+    s.key = key;
+    Field f;
+    if (tokens) {
+      // Lengths uniform in [mean/2, 3*mean/2].
+      int64_t n = a.mean_tokens / 2 + static_cast<int64_t>(x % static_cast<uint64_t>(a.mean_tokens + 1));
+      t.resize(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) t[static_cast<size_t>(k)] = static_cast<int32_t>((x >> 20) + k) & 0xffff;
+      payload = EncodeNpy(DType::kInt32, {n},
+                          std::string_view(reinterpret_cast<const char*>(t.data()), t.size() * 4));
+      f.name = "tokens.npy";
+    } else {
+      payload.assign(static_cast<size_t>(a.sample_bytes), static_cast<char>(x));
+      f.name = "bin";
+    }
+    f.data = payload;
+    s.fields.push_back(f);
+    if (!tokens) {
+      Field c;
+      c.name = "cls";
+      std::string label = std::to_string(x % 1000);
+      c.data = label;
+      s.fields.push_back(c);
+      SHARDSTREAM_RETURN_IF_ERROR(w->Write(s));
+      continue;
+    }
+    SHARDSTREAM_RETURN_IF_ERROR(w->Write(s));
+  }
+  return w->Close();
+}
+
+int64_t PeakRssBytes() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+int Run(const Args& a) {
+  if (!a.make_tokens.empty() || !a.make_samples.empty()) {
+    Status s = MakeData(a);
+    if (!s.ok()) {
+      std::cerr << "bench-loader: " << s << "\n";
+      return 1;
+    }
+    if (a.manifest.empty()) return 0;
+  }
+  auto manifest = LoadManifest(a.manifest);
+  auto chunk = ParseByteSize(a.chunk_size);
+  if (!manifest.ok() || !chunk.ok()) {
+    std::cerr << "bench-loader: " << (manifest.ok() ? chunk.status() : manifest.status()) << "\n";
+    return 1;
+  }
+  LoaderOptions o;
+  o.manifest = a.manifest;
+  o.batch_size = a.batch_size;
+  o.shuffle_buffer = a.shuffle;
+  o.prefetch = a.prefetch;
+  o.reader_threads = a.threads;
+  o.open_shards = a.open_shards;
+  o.read_chunk = static_cast<size_t>(*chunk);
+  if (!a.tokens_field.empty()) {
+    o.tokens.field = a.tokens_field;
+    o.tokens.seq_len = a.seq_len;
+    o.tokens.document_metadata = !a.no_metadata;
+  } else {
+    for (const std::string& f : a.fields) o.fields.push_back(FieldSpec{f});
+  }
+  auto loader = Loader::Create(o);
+  if (!loader.ok()) {
+    std::cerr << "bench-loader: " << loader.status() << "\n";
+    return 1;
+  }
+  uint64_t file_bytes = 0;
+  std::vector<std::string> urls;
+  for (const ShardEntry& e : manifest->shards) {
+    urls.push_back(e.resolved.empty() ? e.url : e.resolved);
+    file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
+  }
+  std::vector<double> plain_s, reader_s, loader_s;
+  uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
+  for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
+    // The plain read uses as many threads as the loader has readers (the
+    // same cores), each reading every threads-th file in 'chunk' reads.
+    auto t0 = Clock::now();
+    std::atomic<uint64_t> read{0};
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < a.threads; ++t) {
+      pool.emplace_back([&, t] {
+        std::vector<char> b(static_cast<size_t>(*chunk));
+        for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(a.threads)) {
+          auto in = DefaultSource()->OpenInputStream(urls[i], 0);
+          if (!in.ok()) { failed = true; return; }
+          while (true) {
+            auto n = (*in)->Read(b.size(), b.data());
+            if (!n.ok() || *n == 0) break;
+            read += *n;
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    if (failed) { std::cerr << "bench-loader: cannot read a shard\n"; return 1; }
+    double plain = Since(t0);
+    if (file_bytes == 0) file_bytes = read.load();
+    t0 = Clock::now();
+    uint64_t rs = 0;
+    TarReaderOptions to;
+    to.chunk_size = static_cast<size_t>(*chunk);
+    Sample s;
+    for (const std::string& u : urls) {
+      auto r = TarReader::Open(u, to);
+      if (!r.ok()) { std::cerr << "bench-loader: " << r.status() << "\n"; return 1; }
+      while (true) {
+        auto more = (*r)->Next(&s);
+        if (!more.ok() || !*more) break;
+        ++rs;
+      }
+    }
+    double reader = Since(t0);
+    (void)(*loader)->set_epoch(run);
+    t0 = Clock::now();
+    uint64_t nb = 0, ns = 0, tb = 0;
+    while (true) {
+      auto b = (*loader)->next();
+      if (!b.ok()) { std::cerr << "bench-loader: " << b.status() << "\n"; return 1; }
+      if (b->empty()) break;
+      ++nb;
+      ns += static_cast<uint64_t>(b->num_samples());
+      tb += b->nbytes();
+    }
+    double lt = Since(t0);
+    if (run == 0) continue;
+    plain_s.push_back(plain);
+    reader_s.push_back(reader);
+    loader_s.push_back(lt);
+    batches = nb; samples = ns; tensor_bytes = tb; reader_samples = rs;
+  }
+  const double plain = Median(plain_s), reader = Median(reader_s), lt = Median(loader_s);
+  const double plain_gbs = static_cast<double>(file_bytes) / plain / 1e9;
+  const double loader_gbs = static_cast<double>(file_bytes) / lt / 1e9;
+  LoaderStats st = (*loader)->stats();
+  nlohmann::json j = {
+      {"manifest", a.manifest},
+      {"shards", urls.size()},
+      {"file_bytes", file_bytes},
+      {"runs", a.runs},
+      {"batch_size", a.batch_size},
+      {"seq_len", a.tokens_field.empty() ? 0 : a.seq_len},
+      {"reader_threads", a.threads},
+      {"open_shards", a.open_shards},
+      {"shuffle_buffer", a.shuffle},
+      {"document_metadata", !a.tokens_field.empty() && !a.no_metadata},
+      {"batches_per_s", static_cast<double>(batches) / lt},
+      {"samples_per_s", static_cast<double>(samples) / lt},
+      {"loader_file_gb_per_s", loader_gbs},
+      {"loader_tensor_gb_per_s", static_cast<double>(tensor_bytes) / lt / 1e9},
+      {"plain_read_gb_per_s", plain_gbs},
+      {"plain_read_threads", a.threads},
+      {"ratio_to_plain_read", loader_gbs / plain_gbs},
+      {"tar_reader_samples_per_s", static_cast<double>(reader_samples) / reader},
+      {"ratio_to_tar_reader_samples", (static_cast<double>(samples) / lt) /
+                                          (static_cast<double>(reader_samples) / reader)},
+      {"wait_p50_us", st.wait_p50_us},
+      {"wait_p99_us", st.wait_p99_us},
+      {"memory_kind", HostMemoryKindName(st.memory_kind)},
+      {"peak_rss_bytes", PeakRssBytes()},
+  };
+  if (a.json) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "loader:      " << j["batches_per_s"].get<double>() << " batches/s, "
+              << j["samples_per_s"].get<double>() << " samples/s, " << loader_gbs
+              << " GB/s of shard files\n"
+              << "plain read:  " << plain_gbs << " GB/s  (loader/plain "
+              << j["ratio_to_plain_read"].get<double>() << ")\n"
+              << "tar reader:  " << j["tar_reader_samples_per_s"].get<double>()
+              << " samples/s (loader/reader " << j["ratio_to_tar_reader_samples"].get<double>()
+              << ")\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "bench-loader",
+      "Time the Loader over a data set against a plain read and the bare tar reader, same run");
+  sub->add_option("MANIFEST", a->manifest, "Manifest or brace pattern of the data set");
+  sub->add_option("--make-tokens", a->make_tokens, "First write a token data set (tokens.npy) here");
+  sub->add_option("--make-samples", a->make_samples, "First write a data set of fixed-size samples (bin, cls) here");
+  sub->add_option("--count", a->make_count, "Documents or samples to write");
+  sub->add_option("--mean-tokens", a->mean_tokens, "Mean document length")->capture_default_str();
+  sub->add_option("--sample-bytes", a->sample_bytes, "Bytes of each sample's bin field")->capture_default_str();
+  sub->add_option("--shard-mib", a->shard_mib, "Shard size when writing")->capture_default_str();
+  sub->add_option("--tokens", a->tokens_field, "Token field: pack [batch, seq_len] batches");
+  sub->add_option("--fields", a->fields, "Fields to batch (without --tokens)")->delimiter(',');
+  sub->add_option("--batch-size", a->batch_size, "Rows per batch")->capture_default_str();
+  sub->add_option("--seq-len", a->seq_len, "Token row length")->capture_default_str();
+  sub->add_option("--threads", a->threads, "Reader threads")->capture_default_str();
+  sub->add_option("--open-shards", a->open_shards, "Shards open at once")->capture_default_str();
+  sub->add_option("--shuffle", a->shuffle, "Shuffle buffer (0: none)")->capture_default_str();
+  sub->add_option("--prefetch", a->prefetch, "Batches ready ahead")->capture_default_str();
+  sub->add_option("--chunk-size", a->chunk_size, "Read size")->capture_default_str();
+  sub->add_option("--runs", a->runs, "Timed epochs (after one warm-up); medians")->capture_default_str();
+  sub->add_flag("--json", a->json, "Print JSON");
+  sub->add_flag("--no-document-metadata", a->no_metadata, "Token batches without doc_ids/positions");
+  sub->callback([a] { ExitWith(Run(*a)); });
+});
+
+}  // namespace shardstream::tools

@@ -1,0 +1,193 @@
+// Errors, memory and allocation behaviour of the Loader.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <unistd.h>
+
+#include "shardstream/loader.h"
+#include "support/alloc_counter.h"
+#include "support/loader_fixture.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::DatasetSpec;
+using testing::DrainIds;
+using testing::FieldOptions;
+using testing::TempDir;
+
+// Overwrites bytes of a file in place.
+void Smash(const std::string& path, uint64_t offset, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(LoaderFaultTest, CorruptShardSurfacesAtNextWithShardAndOffset) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{3, 40});
+  // The 11th member header of shard 1: its checksum no longer matches.
+  Smash(d.shard_paths[1], 512 * 40 + 100, "garbage!");
+  LoaderOptions o = FieldOptions(d.manifest);
+  auto loader = *Loader::Create(o);
+  Status err;
+  int batches = 0;
+  while (true) {
+    auto b = loader->next();
+    if (!b.ok()) {
+      err = b.status();
+      break;
+    }
+    ASSERT_FALSE(b->empty()) << "epoch ended without the error";
+    ++batches;
+  }
+  EXPECT_EQ(err.code(), StatusCode::kCorrupt) << err;
+  EXPECT_NE(err.ToString().find("shard-000001.tar"), std::string::npos) << err;
+  EXPECT_GE(err.offset(), 512 * 40) << err;
+  EXPECT_LT(batches, 15);  // not after the epoch's samples
+  // The error is sticky until the epoch is restarted.
+  EXPECT_EQ(loader->next().status().code(), StatusCode::kCorrupt);
+
+  // Decoding errors surface the same way: a bad .npy payload.
+  o.error_policy = ErrorPolicy::kSkipShard;
+  auto skipping = *Loader::Create(o);
+  auto ids = DrainIds(skipping.get());
+  EXPECT_LT(ids.size(), 120u);
+  EXPECT_GE(ids.size(), 80u);
+  EXPECT_EQ(skipping->stats().skipped_shards, 1u);
+}
+
+TEST(LoaderFaultTest, MissingShardIsNotFoundAtNext) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{3, 10});
+  std::remove(d.shard_paths[2].c_str());
+  auto loader = *Loader::Create(FieldOptions(d.manifest));
+  Status err;
+  for (int i = 0; i < 100 && err.ok(); ++i) {
+    auto b = loader->next();
+    if (!b.ok()) err = b.status();
+    else if (b->empty()) break;
+  }
+  EXPECT_EQ(err.code(), StatusCode::kNotFound) << err;
+  EXPECT_NE(err.ToString().find("shard-000002.tar"), std::string::npos) << err;
+}
+
+TEST(LoaderFaultTest, UndecodableFieldNamesSampleAndShard) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 10});
+  LoaderOptions o = FieldOptions(d.manifest);
+  o.fields = {FieldSpec{"txt", "", FieldDecode::kLabel}};  // "sample number N" is no label
+  auto b = (*Loader::Create(o))->next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(b.status().message().find("field 'txt'"), std::string::npos) << b.status();
+  EXPECT_NE(b.status().message().find(".tar"), std::string::npos) << b.status();
+}
+
+// Sanitizers keep shadow memory and freed blocks (quarantine) resident, so
+// RSS says nothing about the loader there; the bound is checked in plain
+// builds (the default test run) only.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+size_t RssBytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages_total = 0, pages_rss = 0;
+  f >> pages_total >> pages_rss;
+  return pages_rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(LoaderFaultTest, RssStaysWithinBudgetOnDataTwentyTimesLarger) {
+  TempDir dir;
+  DatasetSpec spec{8, 320};
+  spec.pad_bytes = 100 << 10;  // ~100 KiB samples, 250 MiB in all
+  auto d = testing::WriteDataset(dir.path(), spec);
+  LoaderOptions o = FieldOptions(d.manifest);
+  o.fields = {FieldSpec{"x.npy"}, FieldSpec{"pad.bin", "", FieldDecode::kRaw}};
+  o.batch_size = 4;
+  o.prefetch = 2;
+  o.open_shards = 2;
+  o.reader_threads = 2;
+  o.read_chunk = 256 << 10;
+  o.shard_queue = 4;
+  o.shuffle_buffer = 8;
+  o.variable_bytes = 64 << 10;
+  o.memory_budget = 12 << 20;  // the data set is 20 times larger
+  auto loader = Loader::Create(o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const size_t base = RssBytes();
+  size_t peak = base;
+  uint64_t seen = 0;
+  for (int epoch = 0; epoch < 1; ++epoch) {
+    ASSERT_TRUE((*loader)->set_epoch(epoch).ok());
+    while (true) {
+      auto b = (*loader)->next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (b->empty()) break;
+      seen += b->nbytes();
+      peak = std::max(peak, RssBytes());
+    }
+  }
+  EXPECT_GT(seen, uint64_t{20} * o.memory_budget);
+  std::printf("RSS grew by %zu KiB (budget %zu KiB) while streaming %llu MiB\n",
+              (peak - base) >> 10, o.memory_budget >> 10,
+              static_cast<unsigned long long>(seen >> 20));
+  if (!kSanitized) EXPECT_LT(peak - base, o.memory_budget);
+}
+
+TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
+  TempDir dir;
+  DatasetSpec spec{2, 1500};  // both shards open all along (open_shards 2)
+  spec.tokens = true;
+  spec.max_doc_tokens = 200;
+  auto d = testing::WriteDataset(dir.path(), spec);
+  LoaderOptions o;
+  o.manifest = d.manifest;
+  o.tokens.field = "tokens.npy";
+  o.tokens.seq_len = 128;
+  o.batch_size = 4;
+  o.shuffle_buffer = 16;
+  o.prefetch = 2;
+  o.reader_threads = 2;
+  o.open_shards = 2;
+  o.read_chunk = 8 << 20;  // larger than a shard: one read chunk per shard
+  o.allocator = PageableAllocator();
+  auto loader = *Loader::Create(o);
+  // Warm up: the pool, rings, shuffle buffer, every shard opened.
+  std::vector<Batch> held;
+  for (int i = 0; i < 40; ++i) ASSERT_FALSE(loader->next()->empty());
+  uint64_t allocations;
+  int batches = 0;
+  {
+    testing::AllocationCounter counter;
+    for (; batches < 120; ++batches) {
+      auto b = loader->next();
+      ASSERT_TRUE(b.ok());
+      if (b->empty()) break;
+    }
+    allocations = counter.count();
+  }
+  EXPECT_EQ(batches, 120);
+  // The pipeline itself allocates nothing per batch (slots, control blocks,
+  // samples, rings, shuffle slots and delivery records are all recycled).
+  // What remains is per shard, not per batch: the tar reader's sample index
+  // doubling as a shard is read (a handful per shard).
+  EXPECT_LE(allocations, 8u) << "over " << batches << " batches";
+  std::printf("steady state: %llu allocations over %d batches\n",
+              static_cast<unsigned long long>(allocations), batches);
+}
+
+}  // namespace
+}  // namespace shardstream
