@@ -1,7 +1,9 @@
 """The shardstream demo: a small PyTorch model trained from tar shards that a
 loopback HTTP server serves as the "remote", streamed through the node-local
 shard cache, for two epochs; then a mid-epoch checkpoint (model + data state)
-restored into a fresh model and data set, which finish the epoch with exactly
+saved with shardstream.CheckpointManager and uploaded in the background to a
+file:// "remote", the local copy wiped, and the checkpoint restored from the
+remote into a fresh model and data set, which finish the epoch with exactly
 the samples not yet seen.
 
     python examples/train_demo.py [--dir /tmp/shardstream-train] [--samples 4096]
@@ -152,19 +154,34 @@ def main() -> None:
         if line.startswith(("shardstream_loader_batches_total", "shardstream_loader_cache_hit"))))
     ds.close()
 
-    print("== 4. checkpoint mid-epoch (model + data state), restore into fresh objects, finish")
-    ckpt = os.path.join(args.dir, "ckpt.pt")
+    print("== 4. checkpoint mid-epoch (model + data state) with background upload; wipe the")
+    print("      local copy; restore from the remote into fresh objects and finish the epoch")
+    local_ckpt = os.path.join(args.dir, "ckpt-local")
+    remote_ckpt = "file://" + os.path.join(args.dir, "ckpt-remote")
+    mgr = shardstream.CheckpointManager(local_ckpt, remote=remote_ckpt, keep_last=2,
+                                        every_steps=len(ds) // 3)
     ds.set_epoch(2)
     seen = []
-    for i, batch in enumerate(loader):
+    for step, batch in enumerate(loader, start=1):
         train_step(model, opt, batch)
         seen += batch["__key__"]
-        if i == len(ds) // 3:
-            break
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "data": ds.state_dict()},
-               ckpt)
+        if mgr.should_save(step):
+            t0 = time.perf_counter()
+            mgr.save_async(step, {"model": model.state_dict(), "opt": opt.state_dict(),
+                                  "data": ds.state_dict()})
+            stall = time.perf_counter() - t0
+            break  # the "interruption": the process goes away after this save
+    mgr.wait()
+    up = mgr.status()["uploads"]
+    print(f"   saved step {step} (training stalled {stall * 1000:.1f} ms for save_async); "
+          f"uploads: {', '.join(u['name'] + ' ' + u['state'] for u in up)}")
+    mgr.close()
     ds.close()
-    state = torch.load(ckpt, weights_only=False)
+    shutil.rmtree(local_ckpt)
+    mgr2 = shardstream.CheckpointManager(local_ckpt, remote=remote_ckpt)
+    state = mgr2.load_latest(map_location="cpu")
+    print(f"   restored {mgr2.last_restored['name']} "
+          f"({'from the remote' if mgr2.last_restored['from_remote'] else 'locally'}, verified)")
     model2, ds2 = Model(), dataset()
     opt2 = torch.optim.AdamW(model2.parameters(), lr=3e-3)
     model2.load_state_dict(state["model"])
@@ -174,6 +191,7 @@ def main() -> None:
     for batch in torch.utils.data.DataLoader(ds2, batch_size=None):
         loss = train_step(model2, opt2, batch)
         rest += batch["__key__"]
+    mgr2.close()
     both = set(seen) | set(rest)
     print(f"   saved after {len(seen)} samples of epoch 2; the restored run read {len(rest)} more: "
           f"{len(both)} distinct of {args.samples}, overlap {len(set(seen) & set(rest))}; "
