@@ -7,8 +7,10 @@ Two data sets: "tokens" (samples of 2048 int32 tokens as .npy, batches
 WebDataset: wds.WebDataset(...).decode().to_tuple().batched(256) under a
 DataLoader with num_workers=2 and pin_memory=True (its recommended setup).
 shardstream: ShardDataset(batch_size=256) under a DataLoader with
-num_workers=0 (its recommended setup; C++ threads do the work, buffers are
-already pinned when CUDA exists).
+num_workers=0 and collate_fn=passthrough (its recommended setup; C++ threads
+do the work, buffers are already pinned when CUDA exists). With the
+environment variable SS_DEFAULT_COLLATE=1 the DataLoader keeps its default
+collate_fn instead.
 
 Each configuration runs in a fresh process; the driver samples the RSS of
 that process and all its children every 5 ms (/proc) for the peak memory of
@@ -65,7 +67,9 @@ def run_one(lib: str, manifest: str, epochs: int, seq: int) -> dict:
         from shardstream.torch import ShardDataset
         ds = ShardDataset(manifest, fields=["tokens.npy"], batch_size=BATCH, shuffle_buffer=0,
                           seed=0)
-        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+        from shardstream.torch import passthrough
+        collate = {} if os.environ.get("SS_DEFAULT_COLLATE") else {"collate_fn": passthrough}
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0, **collate)
     first = None
     batches = 0
     t_after_first = None

@@ -135,7 +135,7 @@ def main() -> None:
     model = Model()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     ds = dataset()
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    loader = ds.dataloader()  # DataLoader(batch_size=None, num_workers=0, collate_fn=passthrough)
     print(f"   {len(ds)} batches of {args.batch_size} per epoch")
     before: dict = {}
     for epoch in range(2):
@@ -188,7 +188,7 @@ def main() -> None:
     opt2.load_state_dict(state["opt"])
     ds2.load_state_dict(state["data"])
     rest = []
-    for batch in torch.utils.data.DataLoader(ds2, batch_size=None):
+    for batch in ds2.dataloader():
         loss = train_step(model2, opt2, batch)
         rest += batch["__key__"]
     mgr2.close()

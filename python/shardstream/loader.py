@@ -8,8 +8,10 @@ array or tensor viewing it is gone.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -114,6 +116,19 @@ def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapp
 
 Batch = Dict[str, Any]
 
+# Loaders still open at interpreter exit are closed first, so no library
+# thread is running while the process tears down its static objects.
+_open_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_loaders() -> None:
+    for loader in list(_open_loaders):
+        try:
+            loader.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
 
 class Loader:
     """Batches of one consumer's part of a data set, as dicts of NumPy arrays.
@@ -147,6 +162,7 @@ class Loader:
         _logging.sync_level()
         self._native = _core.Loader(self._options)
         self._ended = False
+        _open_loaders.add(self)  # close() is a no-op on a copy inherited through fork
 
     @property
     def epoch(self) -> int:

@@ -16,12 +16,15 @@ namespace shardstream::python {
 // How long a blocked call sleeps before it checks for signals.
 inline constexpr std::chrono::milliseconds kSignalSlice{20};
 
-// InterruptibleWait (below), where `on_slice(n)` runs with the GIL held after
-// the n-th slice that ended without `done()` (e.g. to warn about a long wait).
-template <typename Pred, typename Take, typename OnSlice>
-void InterruptibleWait(std::mutex& mu, std::condition_variable& cv, Pred done, Take take,
-                       OnSlice on_slice) {
-  for (int slices = 1;; ++slices) {
+// Waits on `cv` until `done()` holds, then runs `take()`; both run with `mu`
+// held and the GIL released (so they must not touch Python objects). The GIL
+// is never requested while `mu` is held, so a thread holding the GIL and
+// waiting for `mu` cannot deadlock with us. Throws py::error_already_set
+// (KeyboardInterrupt, or whatever a signal handler raised) when a signal
+// handler fails; `take` has then not run. REQUIRES: the GIL is held.
+template <typename Pred, typename Take>
+void InterruptibleWait(std::mutex& mu, std::condition_variable& cv, Pred done, Take take) {
+  while (true) {
     bool ready;
     {
       pybind11::gil_scoped_release release;
@@ -31,20 +34,9 @@ void InterruptibleWait(std::mutex& mu, std::condition_variable& cv, Pred done, T
     }
     if (ready) return;
     if (PyErr_CheckSignals() != 0) throw pybind11::error_already_set();
-    on_slice(slices);
   }
 }
 
-// Waits on `cv` until `done()` holds, then runs `take()`; both run with `mu`
-// held and the GIL released (so they must not touch Python objects). The GIL
-// is never requested while `mu` is held, so a thread holding the GIL and
-// waiting for `mu` cannot deadlock with us. Throws py::error_already_set
-// (KeyboardInterrupt, or whatever a signal handler raised) when a signal
-// handler fails; `take` has then not run. REQUIRES: the GIL is held.
-template <typename Pred, typename Take>
-void InterruptibleWait(std::mutex& mu, std::condition_variable& cv, Pred done, Take take) {
-  InterruptibleWait(mu, cv, done, take, [](int) {});
-}
 
 }  // namespace shardstream::python
 

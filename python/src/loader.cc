@@ -150,17 +150,8 @@ class PyLoader {
       }
     }
     std::optional<Result<Batch>> r;
-    InterruptibleWait(
-        mu_, cv_, [this] { return result_.has_value(); }, [&] { r.swap(result_); },
-        [](int slices) {
-          // Most long waits are a slow source; one common other cause is a
-          // caller keeping every batch, so no pool slot comes back.
-          if (slices * kSignalSlice == std::chrono::seconds(30))
-            py::module_::import("logging").attr("getLogger")("shardstream").attr("warning")(
-                "next() has waited 30 s for a batch. If batches (or tensors viewing them) are "
-                "being kept, their buffers cannot return to the pool; copy what you keep "
-                "(tensor.clone()) or raise prefetch.");
-        });
+    InterruptibleWait(mu_, cv_, [this] { return result_.has_value(); },
+                      [&] { r.swap(result_); });
     Batch batch = ValueOrThrow(std::move(*r));
     if (batch.empty()) return py::none();
     return BatchToPython(std::move(batch));

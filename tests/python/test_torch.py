@@ -150,3 +150,15 @@ def test_fork_after_import_and_iteration(manifest):
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "child 0 10"
+
+
+def test_dataloader_helper_passes_batches_through(manifest, total):
+    ds = ShardDataset(manifest, fields=["tokens.npy"], batch_size=20)
+    dl = ds.dataloader()
+    assert dl.batch_size is None and dl.num_workers == 0
+    n = 0
+    for b in dl:
+        assert type(b["__key__"]) is list and isinstance(b["tokens.npy"], torch.Tensor)
+        n += len(b["__key__"])
+    assert n == total
+    ds.close()
