@@ -197,6 +197,7 @@ class Loader:
         return tensors
 
     def __iter__(self) -> Iterator[Batch]:
+        """The rest of the current epoch (the next epoch when it has ended)."""
         if self._ended:
             self.set_epoch(self.epoch + 1)
         while True:

@@ -158,6 +158,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         return self._epoch
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        """This consumer's batches of the epoch (a pending resume state first)."""
         loader = self._native()
         if self._pending is not None:
             loader.restore(self._pending)
