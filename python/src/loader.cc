@@ -229,10 +229,14 @@ class PyLoader {
   // REQUIRES: the GIL is not held.
   void StopLocked() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       if (stopped_) return;
       stopped_ = true;
       cv_.notify_all();
+      // Loader::Stop() must not run while Loader::next() does (they share
+      // unsynchronised state), so a fetch in flight is let finish first: it
+      // ends with a batch, the epoch's end or an error, which is dropped.
+      cv_.wait(lock, [this] { return !want_; });
     }
     if (loader_) loader_->Stop();
     if (fetcher_ && fetcher_->joinable()) fetcher_->join();
