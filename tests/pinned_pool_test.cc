@@ -102,7 +102,7 @@ TEST(BufferPoolTest, SteadyStateAcquireReleaseAllocatesNothing) {
     std::shared_ptr<HostBuffer> copy = *a;  // a second holder, as Python would be
     a->reset();
   }
-  EXPECT_EQ(counter.count(), 0u);
+  if (testing::AllocationCounter::available()) EXPECT_EQ(counter.count(), 0u);
   EXPECT_EQ(pool->stats().allocations, 3u);
 }
 

@@ -121,6 +121,12 @@ Status SampleBatcher::Add(const RowInput& row) {
   return Status::OK();
 }
 
-Status SampleBatcher::Flush() { return slots_.EmitBatch(); }
+Status SampleBatcher::Flush(bool drop) {
+  if (drop && slots_.ready() && slots_.writer().active()) {
+    Batch dropped = slots_.writer().Finish();  // its slot goes back to the pool
+    return Status::OK();
+  }
+  return slots_.EmitBatch();
+}
 
 }  // namespace shardstream::internal

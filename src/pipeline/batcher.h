@@ -86,8 +86,8 @@ class SHARDSTREAM_EXPORT SampleBatcher {
   const SlotSource& slots() const { return slots_; }
   // Decodes row's fields into the batch in progress; emits it when full.
   Status Add(const RowInput& row);
-  // Emits the partial batch, if any.
-  Status Flush();
+  // Emits the partial batch, if any, or drops it (drop_last).
+  Status Flush(bool drop = false);
 
  private:
   Status InitLayout(const std::vector<DecodedField>& decoded);

@@ -218,7 +218,7 @@ Status LoaderRun::Pipeline() {
     counters_->shuffle_fill.store(static_cast<int64_t>(buffer.size()), std::memory_order_relaxed);
   }
   if (stop_.load()) return Status::Cancelled("loader stopped");
-  return batcher_ ? batcher_->Flush() : packer_->Flush();
+  return batcher_ ? batcher_->Flush(opt_.drop_last) : packer_->Flush();
 }
 
 }  // namespace shardstream::internal

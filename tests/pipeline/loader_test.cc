@@ -188,6 +188,18 @@ TEST_F(LoaderTest, HoldingEverySlotIsAnErrorNotAHang) {
   EXPECT_FALSE(b->empty());
 }
 
+TEST_F(LoaderTest, DropLastDropsOnlyTheShortBatch) {
+  LoaderOptions o = FieldOptions(data_->manifest);
+  o.batch_size = 50;  // 294 samples: 5 full batches and 44 left over
+  auto keep = *Loader::Create(o);
+  EXPECT_EQ(keep->batches_per_epoch(), 6);
+  EXPECT_EQ(DrainIds(keep.get()).size(), 294u);
+  o.drop_last = true;
+  auto drop = *Loader::Create(o);
+  EXPECT_EQ(drop->batches_per_epoch(), 5);
+  EXPECT_EQ(DrainIds(drop.get()).size(), 250u);
+}
+
 TEST_F(LoaderTest, StopMakesNextCancelled) {
   auto loader = *Loader::Create(FieldOptions(data_->manifest));
   ASSERT_TRUE(loader->next().ok());

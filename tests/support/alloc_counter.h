@@ -15,6 +15,9 @@ class AllocationCounter {
   AllocationCounter();
   ~AllocationCounter();
   uint64_t count() const;
+  // False in sanitizer builds, where operator new is the sanitizer's and
+  // nothing is counted.
+  static bool available();
 };
 
 }  // namespace shardstream::testing
