@@ -234,3 +234,17 @@ def test_parse_size():
     assert shardstream.parse_size(12) == 12
     with pytest.raises(shardstream.ConfigError):
         shardstream.parse_size("lots")
+
+
+def test_zstd_shards_and_brace_pattern_without_counts(tmp_path):
+    with shardstream.ShardWriter(str(tmp_path), max_samples=10, compression="zstd") as w:
+        for i in range(30):
+            w.write({"__key__": f"z{i:03d}", "tokens.npy": np.full(8, i, np.int16)})
+    names = sorted(p for p in os.listdir(tmp_path) if p.endswith(".tar.zst"))
+    assert names == [f"shard-{i:06d}.tar.zst" for i in range(3)]
+    pattern = str(tmp_path / "shard-{000000..000002}.tar.zst")
+    with shardstream.Loader(pattern, fields=["tokens.npy"], batch_size=4, shuffle=False) as lo:
+        with pytest.raises(TypeError, match="unknown"):
+            len(lo)
+        rows = [int(r[0]) for b in lo for r in b["tokens.npy"]]
+    assert sorted(rows) == list(range(30))
