@@ -1,18 +1,24 @@
 """shardstream: stream WebDataset-style tar shards into training.
 
 The native core lives in ``shardstream._core``; this package adds the Pythonic
-layer. Importing it starts no threads, so DataLoader workers may fork safely.
+layer: :class:`Loader` (NumPy batches), :class:`ShardWriter`, metrics and, in
+``shardstream.torch``, the PyTorch ``ShardDataset``. Importing it starts no
+threads, so DataLoader workers may fork safely.
 """
 
 from __future__ import annotations
 
-from . import _core
+from . import _core, _logging, metrics
 from .errors import (AuthError, CancelledError, ChecksumError, ConfigError, CorruptError, Error,
                      IoError, NotFoundError, UnavailableError)
+from .loader import Loader, merge_states, parse_size
+from .writer import ShardWriter, encode_field
+from .checkpoint import CheckpointManager
 
 __version__ = _core.__version__
 
 __all__ = [
     "__version__", "Error", "IoError", "CorruptError", "ChecksumError", "UnavailableError",
-    "NotFoundError", "AuthError", "ConfigError", "CancelledError",
+    "NotFoundError", "AuthError", "ConfigError", "CancelledError", "Loader", "merge_states",
+    "parse_size", "ShardWriter", "encode_field", "metrics", "CheckpointManager",
 ]

@@ -1,5 +1,5 @@
 // shardstream._core: thin bindings over the C++ library. One binding file per
-// concept; each registers itself from here.
+// concept; each registers itself from here. Importing starts no thread.
 #include <pybind11/pybind11.h>
 
 #include "shardstream/status.h"
@@ -7,6 +7,13 @@
 #include "status_to_exception.h"
 
 namespace py = pybind11;
+
+namespace shardstream::python {
+void RegisterLoader(py::module_& m);
+void RegisterShardWriter(py::module_& m);
+void RegisterLogSink(py::module_& m);
+void RegisterCheckpoint(py::module_& m);
+}  // namespace shardstream::python
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Native core of shardstream (C++). Use the shardstream package instead.";
@@ -21,4 +28,8 @@ PYBIND11_MODULE(_core, m) {
     }
     throw py::value_error("unknown kind " + kind);
   });
+  shardstream::python::RegisterLogSink(m);
+  shardstream::python::RegisterLoader(m);
+  shardstream::python::RegisterShardWriter(m);
+  shardstream::python::RegisterCheckpoint(m);
 }

@@ -1,0 +1,259 @@
+"""The Loader: a manifest (or brace pattern) in, batches of NumPy arrays out.
+
+Reading, shuffling, decoding and batching happen on C++ threads that start at
+the first ``next()``; the arrays of a batch are views over a pooled (pinned
+when CUDA is present) host buffer, which goes back to the pool once the last
+array or tensor viewing it is gone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import weakref
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _core, _logging
+
+FieldsArg = Union[None, Sequence[Union[str, Mapping[str, Any]]], Mapping[str, Union[str, Mapping[str, Any]]]]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
+
+
+def parse_size(value: Union[int, str, None]) -> Optional[int]:
+    """Bytes from an int or a text such as ``"512MiB"``, ``"10 GB"`` (powers of 1024)."""
+    if value is None or isinstance(value, int):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise _core_config_error(f"size '{value}': expected bytes or a number with KiB/MiB/GiB/TiB")
+    unit = (m.group(2) or "b").lower()[:1]
+    return int(float(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit])
+
+
+def _core_config_error(message: str) -> Exception:
+    from .errors import ConfigError
+    return ConfigError(f"config: {message}")
+
+
+def _dtype_text(dtype: Any) -> str:
+    text = str(dtype)
+    return text[len("torch."):] if text.startswith("torch.") else text
+
+
+def normalize_fields(fields: FieldsArg) -> List[Dict[str, Any]]:
+    """The ``fields`` argument as a list of field specs (dicts).
+
+    Accepts ``["tokens.npy", "cls"]``, a list of dicts with ``name`` and
+    optionally ``output``, ``decode`` (auto, npy, raw, bytes, str, label),
+    ``dtype``, ``shape``, ``optional``; or a mapping ``{output: name or spec}``.
+    """
+    if fields is None:
+        return []
+    if isinstance(fields, str):
+        fields = [fields]
+    out: List[Dict[str, Any]] = []
+    if isinstance(fields, Mapping):
+        items = [(k, v) for k, v in fields.items()]
+        for output, spec in items:
+            d = {"name": spec} if isinstance(spec, str) else dict(spec)
+            d.setdefault("output", output)
+            out.append(d)
+    else:
+        for spec in fields:
+            out.append({"name": spec} if isinstance(spec, str) else dict(spec))
+    for d in out:
+        if "dtype" in d:
+            d["dtype"] = _dtype_text(d["dtype"])
+    return out
+
+
+def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapping[str, Any]] = None,
+                   batch_size: int = 32, shuffle: bool = True, shuffle_buffer: Optional[int] = None,
+                   shuffle_size: Optional[int] = None, shuffle_initial: Optional[int] = None,
+                   seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
+                   worker: int = 0, num_workers: int = 1, drop_last: bool = False,
+                   pad_remainder: bool = False, prefetch: Optional[int] = None,
+                   reader_threads: Optional[int] = None, open_shards: Optional[int] = None,
+                   cache_dir: Optional[str] = None, cache_limit: Union[int, str, None] = None,
+                   cache_mode: str = "rw", pinned: bool = True, error_policy: str = "raise",
+                   memory_budget: Union[int, str, None] = None,
+                   variable_bytes: Union[int, str, None] = None,
+                   read_chunk: Union[int, str, None] = None, shard_queue: Optional[int] = None,
+                   engine: Optional[str] = None, log_interval_s: Optional[float] = None) -> Dict[str, Any]:
+    """The native options dict for these keyword arguments (see :class:`Loader`)."""
+    if shuffle_buffer is not None and shuffle_size is not None and shuffle_buffer != shuffle_size:
+        raise _core_config_error("give shuffle_buffer or its alias shuffle_size, not both")
+    buf = shuffle_buffer if shuffle_buffer is not None else shuffle_size
+    if not shuffle:
+        buf = 0
+    tok = None
+    if tokens is not None:
+        tok = dict(tokens)
+        for k in ("dtype", "input_dtype"):
+            if k in tok:
+                tok[k] = _dtype_text(tok[k])
+    opts: Dict[str, Any] = {
+        "manifest": os.fspath(urls), "fields": normalize_fields(fields), "tokens": tok,
+        "batch_size": batch_size, "shuffle_buffer": buf, "shuffle_initial": shuffle_initial,
+        "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size, "worker": worker,
+        "num_workers": num_workers, "drop_last": drop_last, "pad_remainder": pad_remainder,
+        "prefetch": prefetch, "reader_threads": reader_threads, "open_shards": open_shards,
+        "pinned": pinned, "error_policy": error_policy, "memory_budget": parse_size(memory_budget),
+        "variable_bytes": parse_size(variable_bytes), "read_chunk": parse_size(read_chunk),
+        "shard_queue": shard_queue, "engine": engine, "log_interval_s": log_interval_s,
+    }
+    if cache_dir is not None:
+        limit = parse_size(cache_limit)
+        if limit is None and cache_mode in ("rw", "read_write"):
+            raise _core_config_error("cache_dir needs cache_limit (bytes the cache may hold)")
+        opts["cache"] = {"dir": os.fspath(cache_dir), "limit_bytes": limit or 0, "mode": cache_mode}
+    return opts
+
+
+Batch = Dict[str, Any]
+
+# Loaders still open at interpreter exit are closed first, so no library
+# thread is running while the process tears down its static objects.
+_open_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_loaders() -> None:
+    for loader in list(_open_loaders):
+        try:
+            loader.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+class Loader:
+    """Batches of one consumer's part of a data set, as dicts of NumPy arrays.
+
+    ``urls`` is a manifest (.jsonl, .csv, .json; local path, file://, http(s)://,
+    s3://) or a brace pattern such as ``"data-{000000..000099}.tar"``. Each
+    batch maps every field's output name to an array ``[batch, ...]`` (or a
+    list of bytes/str for variable-length fields), plus ``__key__`` and
+    ``__url__``: the samples' keys and shard urls, in row order.
+
+    Keyword arguments (defaults in brackets): ``fields`` (which sample fields
+    become tensors), ``tokens`` (language-model token batches: ``{"field":
+    "tokens.npy", "seq_len": 2048, "layout": "pack", "eod_token": ...}``),
+    ``batch_size`` [32], ``shuffle`` [True], ``shuffle_buffer`` (alias
+    ``shuffle_size``) [1000], ``seed`` [0], ``epoch`` [0], ``rank`` [0],
+    ``world_size`` [1], ``worker`` [0], ``num_workers`` [1], ``drop_last``
+    [False], ``pad_remainder`` [False], ``prefetch`` [4], ``reader_threads``
+    [2], ``open_shards`` [4], ``cache_dir`` / ``cache_limit`` (a node-local
+    shard cache, e.g. ``"20GiB"``), ``pinned`` [True: CUDA pinned memory when
+    a GPU is present], ``error_policy`` ["raise", "skip_shard",
+    "skip_sample"], ``memory_budget``.
+
+    Iterating yields the rest of the current epoch; iterating again after an
+    epoch ended starts the next one. Threads start at the first batch, so a
+    Loader may be created before a fork. Not thread-safe: use it from one
+    thread.
+    """
+
+    def __init__(self, urls: str, **kwargs: Any) -> None:
+        self._options = loader_options(urls, **kwargs)
+        _logging.sync_level()
+        self._native = _core.Loader(self._options)
+        self._ended = False
+        _open_loaders.add(self)  # close() is a no-op on a copy inherited through fork
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being read."""
+        return self._native.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts epoch ``epoch`` from its beginning (discards what is in flight)."""
+        self._native.set_epoch(epoch)
+        self._ended = False
+
+    def _next_parts(self) -> Optional[tuple]:
+        out = self._native.next()
+        _logging.drain()
+        if out is None:
+            self._ended = True
+        return out
+
+    def next(self) -> Optional[Batch]:
+        """The next batch, or None at the end of the epoch.
+
+        Blocks without holding the GIL; Ctrl-C raises KeyboardInterrupt at once
+        (the batch being fetched is then returned by the following call).
+        bfloat16 tensors come as uint16 arrays of the same bits.
+        """
+        out = self._next_parts()
+        if out is None:
+            return None
+        tensors, keys, urls, _ = out
+        tensors["__key__"] = keys
+        tensors["__url__"] = urls
+        return tensors
+
+    def __iter__(self) -> Iterator[Batch]:
+        """The rest of the current epoch (the next epoch when it has ended)."""
+        if self._ended:
+            self.set_epoch(self.epoch + 1)
+        while True:
+            batch = self.next()
+            if batch is None:
+                return
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches of the current epoch for this consumer (TypeError when unknown)."""
+        n = self._native.batches_per_epoch()
+        if n < 0:
+            raise TypeError("the number of batches is unknown (no sample counts in the manifest)")
+        return n
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples this consumer gets per epoch, or -1 when unknown."""
+        return self._native.samples_per_epoch()
+
+    def state(self) -> str:
+        """What of the epoch next() has returned so far, as JSON text (see restore)."""
+        return self._native.state()
+
+    def restore(self, state: Union[str, Sequence[str]]) -> None:
+        """Resumes an epoch with exactly the samples not yet delivered.
+
+        ``state`` is one state, or the states of every consumer of the epoch
+        (every rank and worker), which are merged first; the remainder is split
+        over this loader's topology, which may differ from the saved one.
+        """
+        if not isinstance(state, str):
+            state = merge_states(state)
+        self._native.restore(state)
+        self._ended = False
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters and timings (see :mod:`shardstream.metrics`)."""
+        return self._native.stats()
+
+    def close(self) -> None:
+        """Stops and joins the threads; idempotent. Arrays already returned stay valid."""
+        self._native.close()
+        _logging.drain()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def merge_states(states: Sequence[str]) -> str:
+    """Joins the JSON states of one epoch's consumers (e.g. every rank's) into one."""
+    states = list(states)
+    if len(states) == 1:
+        return states[0]
+    return _core.merge_states(states)
+

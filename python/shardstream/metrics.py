@@ -1,0 +1,83 @@
+"""Loader metrics as a dict and as Prometheus text exposition."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+_COUNTERS = {
+    "batches": "Batches returned by next()",
+    "samples": "Samples in the returned batches",
+    "bytes": "Tensor bytes in the returned batches",
+    "skipped_samples": "Samples skipped by the error policy",
+    "skipped_shards": "Shards skipped by the error policy",
+    "heap_spills": "Batches whose variable-length fields spilled to the heap",
+}
+_GAUGES = {
+    "epoch": "Epoch being read",
+    "batches_per_s": "Batches per second since the first next()",
+    "samples_per_s": "Samples per second since the first next()",
+    "bytes_per_s": "Tensor bytes per second since the first next()",
+    "queue_depth": "Batches ready in the prefetch queue",
+    "queue_capacity": "Capacity of the prefetch queue",
+    "shuffle_fill": "Samples in the shuffle buffer",
+    "shuffle_capacity": "Capacity of the shuffle buffer",
+    "cache_hit_rate": "Cache hits per shard open through the cache (-1: no cache)",
+    "slot_bytes": "Bytes per batch slot",
+    "slots": "Batch slots in the pool",
+}
+
+
+def _labels(labels: Mapping[str, Any]) -> str:
+    if not labels:
+        return ""
+    parts = []
+    for k, v in sorted(labels.items()):
+        text = str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+        parts.append(f'{k}="{text}"')
+    return "{" + ",".join(parts) + "}"
+
+
+def to_prometheus(stats: Mapping[str, Any], prefix: str = "shardstream_loader",
+                  labels: Mapping[str, Any] = {}) -> str:
+    """Prometheus text format (version 0.0.4) for a Loader's stats() dict.
+
+    Counters get ``_total``; the batch wait time (the GPU-idle proxy) becomes a
+    histogram ``<prefix>_wait_seconds`` with cumulative buckets; read bytes are
+    one counter labelled by source ("cache", "file", "http", ...).
+    """
+    lines: List[str] = []
+    lab = _labels(labels)
+    for name, help_text in _COUNTERS.items():
+        if name in stats:
+            lines += [f"# HELP {prefix}_{name}_total {help_text}",
+                      f"# TYPE {prefix}_{name}_total counter",
+                      f"{prefix}_{name}_total{lab} {stats[name]}"]
+    for name, help_text in _GAUGES.items():
+        if name in stats:
+            lines += [f"# HELP {prefix}_{name} {help_text}", f"# TYPE {prefix}_{name} gauge",
+                      f"{prefix}_{name}{lab} {stats[name]}"]
+    read = stats.get("read_bytes") or {}
+    lines += [f"# HELP {prefix}_read_bytes_total Shard bytes read, by where they came from",
+              f"# TYPE {prefix}_read_bytes_total counter"]
+    for source, n in sorted(read.items()):
+        lines.append(f"{prefix}_read_bytes_total{_labels({**labels, 'source': source})} {n}")
+    bounds = stats.get("wait_bucket_us") or []
+    counts = stats.get("wait_counts") or []
+    if counts:
+        lines += [f"# HELP {prefix}_wait_seconds Time the caller waited inside next()",
+                  f"# TYPE {prefix}_wait_seconds histogram"]
+        total = 0
+        for i, c in enumerate(counts):
+            total += c
+            le = "+Inf" if i >= len(bounds) or i == len(counts) - 1 else repr(bounds[i] / 1e6)
+            lines.append(f"{prefix}_wait_seconds_bucket{_labels({**labels, 'le': le})} {total}")
+        lines.append(f"{prefix}_wait_seconds_sum{lab} {stats.get('wait_seconds', 0.0)}")
+        lines.append(f"{prefix}_wait_seconds_count{lab} {total}")
+    return "\n".join(lines) + "\n"
+
+
+def summary(stats: Mapping[str, Any]) -> Dict[str, Any]:
+    """The figures a training log wants: throughput, wait time, cache hit rate."""
+    return {k: stats.get(k) for k in ("epoch", "batches", "samples", "batches_per_s",
+                                      "samples_per_s", "bytes_per_s", "wait_seconds",
+                                      "wait_p50_us", "wait_p99_us", "cache_hit_rate")}

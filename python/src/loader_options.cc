@@ -1,0 +1,182 @@
+// LoaderOptions from the keyword dict the Python layer builds. Unknown keys
+// and bad values are refused with ConfigError naming the key, so a typo never
+// silently falls back to a default.
+#include "loader_options.h"
+
+#include <set>
+#include <string>
+#include <utility>
+
+#include "shardstream/shard_cache.h"
+#include "status_to_exception.h"
+
+namespace py = pybind11;
+
+namespace shardstream::python {
+namespace {
+
+[[noreturn]] void Bad(const std::string& what) { ThrowStatus(Status(StatusCode::kConfig, what)); }
+
+template <typename T>
+T Get(const py::dict& d, const char* key, const char* type) {
+  try {
+    return d[key].cast<T>();
+  } catch (const py::cast_error&) {
+    Bad(std::string("option ") + key + ": expected " + type + ", got " +
+        std::string(py::str(py::type::of(d[key]).attr("__name__"))));
+  }
+}
+
+// Accepts "int32", "<i4", numpy dtypes and numpy scalar types (their str()
+// or their .name).
+DType DTypeOf(const py::handle& h, const char* /*key*/) {
+  std::string text = py::hasattr(h, "name") && !py::isinstance<py::str>(h)
+                         ? py::str(h.attr("name")).cast<std::string>()
+                         : py::str(h).cast<std::string>();
+  return ValueOrThrow(ParseDType(text));
+}
+
+FieldDecode DecodeOf(const std::string& s) {
+  if (s == "auto") return FieldDecode::kAuto;
+  if (s == "npy") return FieldDecode::kNpy;
+  if (s == "raw") return FieldDecode::kRaw;
+  if (s == "bytes") return FieldDecode::kBytes;
+  if (s == "str" || s == "string" || s == "text") return FieldDecode::kString;
+  if (s == "label" || s == "int") return FieldDecode::kLabel;
+  Bad("field decode '" + s + "': expected auto, npy, raw, bytes, str or label");
+}
+
+FieldSpec FieldOf(const py::handle& h) {
+  FieldSpec f;
+  if (py::isinstance<py::str>(h)) {
+    f.name = h.cast<std::string>();
+    return f;
+  }
+  if (!py::isinstance<py::dict>(h)) Bad("fields: each entry must be a str or a dict");
+  py::dict d = py::reinterpret_borrow<py::dict>(h);
+  static const std::set<std::string> kKeys = {"name", "output", "decode", "dtype", "shape",
+                                              "optional"};
+  for (auto item : d) {
+    std::string k = py::str(item.first);
+    if (!kKeys.count(k)) Bad("fields: unknown key '" + k + "'");
+  }
+  if (!d.contains("name")) Bad("fields: an entry without 'name'");
+  f.name = Get<std::string>(d, "name", "str");
+  if (d.contains("output") && !d["output"].is_none()) f.output = Get<std::string>(d, "output", "str");
+  if (d.contains("decode")) f.decode = DecodeOf(Get<std::string>(d, "decode", "str"));
+  if (d.contains("dtype")) f.dtype = DTypeOf(d["dtype"], "dtype");
+  if (d.contains("shape") && !d["shape"].is_none())
+    f.shape = Get<std::vector<int64_t>>(d, "shape", "a list of int");
+  if (f.decode == FieldDecode::kRaw && f.shape.empty()) f.shape = {-1};
+  if (d.contains("optional")) f.optional = Get<bool>(d, "optional", "bool");
+  return f;
+}
+
+TokenOptions TokensOf(const py::dict& d) {
+  TokenOptions t;
+  for (auto item : d) {
+    std::string k = py::str(item.first);
+    if (k == "field") t.field = item.second.cast<std::string>();
+    else if (k == "input_dtype") t.input_dtype = DTypeOf(item.second, "input_dtype");
+    else if (k == "dtype") t.dtype = DTypeOf(item.second, "dtype");
+    else if (k == "seq_len") t.seq_len = item.second.cast<int64_t>();
+    else if (k == "layout") {
+      std::string l = item.second.cast<std::string>();
+      if (l == "pack") t.layout = TokenLayout::kPack;
+      else if (l == "pad") t.layout = TokenLayout::kPad;
+      else Bad("tokens.layout '" + l + "': expected pack or pad");
+    } else if (k == "eod_token") t.eod_token = item.second.is_none() ? -1 : item.second.cast<int64_t>();
+    else if (k == "pad_token") t.pad_token = item.second.cast<int64_t>();
+    else Bad("tokens: unknown key '" + k + "'");
+  }
+  return t;
+}
+
+std::shared_ptr<ShardCache> CacheOf(const py::dict& d) {
+  ShardCacheOptions o;
+  for (auto item : d) {
+    std::string k = py::str(item.first);
+    if (k == "dir") o.dir = item.second.cast<std::string>();
+    else if (k == "limit_bytes") o.limit_bytes = item.second.cast<uint64_t>();
+    else if (k == "low_watermark") o.low_watermark = item.second.cast<double>();
+    else if (k == "mode") {
+      std::string m = item.second.cast<std::string>();
+      if (m == "rw" || m == "read_write") o.mode = CacheMode::kReadWrite;
+      else if (m == "ro" || m == "read_only") o.mode = CacheMode::kReadOnly;
+      else if (m == "off") o.mode = CacheMode::kOff;
+      else Bad("cache.mode '" + m + "': expected rw, ro or off");
+    } else if (k == "download_threads") o.download_threads = item.second.cast<int>();
+    else if (k == "prefetch_lookahead") o.prefetch_lookahead = item.second.cast<int>();
+    else if (k == "max_attempts") o.max_attempts = item.second.cast<int>();
+    else if (k == "sync_entries") o.sync_entries = item.second.cast<bool>();
+    else Bad("cache: unknown key '" + k + "'");
+  }
+  std::unique_ptr<ShardCache> cache;
+  {
+    py::gil_scoped_release release;
+    auto r = ShardCache::Create(std::move(o));
+    if (r.ok()) cache = std::move(r).value();
+    else {
+      py::gil_scoped_acquire acquire;
+      ThrowStatus(r.status());
+    }
+  }
+  return std::shared_ptr<ShardCache>(std::move(cache));
+}
+
+}  // namespace
+
+LoaderOptions LoaderOptionsFromDict(const py::dict& d) {
+  LoaderOptions o;
+  for (auto item : d) {
+    std::string k = py::str(item.first);
+    py::handle v = item.second;
+    if (v.is_none()) continue;  // None: the documented default
+    try {
+      if (k == "manifest") o.manifest = v.cast<std::string>();
+      else if (k == "rank") o.rank = v.cast<int>();
+      else if (k == "world_size") o.world_size = v.cast<int>();
+      else if (k == "worker") o.worker = v.cast<int>();
+      else if (k == "num_workers") o.num_workers = v.cast<int>();
+      else if (k == "seed") o.seed = v.cast<uint64_t>();
+      else if (k == "epoch") o.epoch = v.cast<int64_t>();
+      else if (k == "pad_remainder") o.pad_remainder = v.cast<bool>();
+      else if (k == "shuffle_buffer") o.shuffle_buffer = v.cast<int64_t>();
+      else if (k == "shuffle_initial") o.shuffle_initial = v.cast<int64_t>();
+      else if (k == "batch_size") o.batch_size = v.cast<int64_t>();
+      else if (k == "drop_last") o.drop_last = v.cast<bool>();
+      else if (k == "fields") {
+        for (py::handle f : v) o.fields.push_back(FieldOf(f));
+      } else if (k == "tokens") o.tokens = TokensOf(v.cast<py::dict>());
+      else if (k == "variable_bytes") o.variable_bytes = v.cast<size_t>();
+      else if (k == "prefetch") o.prefetch = v.cast<int64_t>();
+      else if (k == "reader_threads") o.reader_threads = v.cast<int>();
+      else if (k == "open_shards") o.open_shards = v.cast<int>();
+      else if (k == "read_chunk") o.read_chunk = v.cast<size_t>();
+      else if (k == "shard_queue") o.shard_queue = v.cast<int64_t>();
+      else if (k == "memory_budget") o.memory_budget = v.cast<size_t>();
+      else if (k == "pinned") {
+        if (!v.cast<bool>()) o.allocator = PageableAllocator();
+      } else if (k == "error_policy") {
+        std::string p = v.cast<std::string>();
+        if (p == "raise") o.error_policy = ErrorPolicy::kRaise;
+        else if (p == "skip_shard") o.error_policy = ErrorPolicy::kSkipShard;
+        else if (p == "skip_sample") o.error_policy = ErrorPolicy::kSkipSample;
+        else Bad("error_policy '" + p + "': expected raise, skip_shard or skip_sample");
+      } else if (k == "engine") {
+        std::string e = v.cast<std::string>();
+        if (e == "fast") o.engine = TarEngine::kFast;
+        else if (e == "libarchive") o.engine = TarEngine::kLibarchive;
+        else Bad("engine '" + e + "': expected fast or libarchive");
+      } else if (k == "log_interval_s") o.log_interval_s = v.cast<double>();
+      else if (k == "cache") o.cache = CacheOf(v.cast<py::dict>());
+      else Bad("unknown option '" + k + "'");
+    } catch (const py::cast_error&) {
+      Bad("option " + k + ": value of the wrong type (" +
+          std::string(py::str(py::type::of(v).attr("__name__"))) + ")");
+    }
+  }
+  return o;
+}
+
+}  // namespace shardstream::python

@@ -1,0 +1,48 @@
+"""Shared fixtures: small real shard sets written by shardstream.ShardWriter."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import shardstream
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+NSHARDS = 8
+PER_SHARD = 25
+SEQ = 16
+
+
+def make_shards(out_dir, nshards=NSHARDS, per_shard=PER_SHARD, seq=SEQ):
+    """Samples "s000123" with tokens.npy = int32 [seq] filled with the sample
+    number, cls = number % 10, txt = "caption 123"."""
+    with shardstream.ShardWriter(out_dir, max_samples=per_shard) as w:
+        for i in range(nshards * per_shard):
+            w.write({"__key__": f"s{i:06d}", "tokens.npy": np.full(seq, i, dtype=np.int32),
+                     "cls": i % 10, "txt": f"caption {i}"})
+    return os.path.join(out_dir, "manifest.jsonl")
+
+
+@pytest.fixture(scope="session")
+def manifest(tmp_path_factory):
+    return make_shards(str(tmp_path_factory.mktemp("shards")))
+
+
+@pytest.fixture(scope="session")
+def total():
+    return NSHARDS * PER_SHARD
+
+
+def sample_ids(batch):
+    """The sample numbers in a batch (from the keys)."""
+    return [int(k[1:]) for k in batch["__key__"]]
+
+
+def read_manifest(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

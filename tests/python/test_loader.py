@@ -1,0 +1,250 @@
+"""shardstream.Loader and ShardWriter on real shards: batches, zero-copy
+lifetime, errors, metrics, logging, clean shutdown."""
+
+import gc
+import json
+import logging
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import shardstream
+from conftest import PER_SHARD, SEQ, make_shards, read_manifest, sample_ids
+
+
+def test_writer_writes_manifest_with_counts_and_checksums(tmp_path):
+    path = make_shards(str(tmp_path), nshards=3, per_shard=4)
+    entries = read_manifest(path)
+    assert [e["nsamples"] for e in entries] == [4, 4, 4]
+    assert all(e["checksum"].startswith("xxh3_128:") for e in entries)
+    assert all(os.path.getsize(tmp_path / e["url"]) == e["size"] for e in entries)
+
+
+def test_writer_encodes_values_and_refuses_unknown_types(tmp_path):
+    assert shardstream.encode_field("txt", "é") == "é".encode()
+    assert shardstream.encode_field("cls", 7) == b"7"
+    assert json.loads(shardstream.encode_field("json", {"a": [1]})) == {"a": [1]}
+    assert shardstream.encode_field("npy", np.arange(3, dtype=np.int16)).startswith(b"\x93NUMPY")
+    with pytest.raises(TypeError, match="cannot store a set"):
+        shardstream.encode_field("x", {1})
+    w = shardstream.ShardWriter(str(tmp_path))
+    with pytest.raises(shardstream.ConfigError, match="bad/key|key"):
+        w.write({"__key__": "../evil", "txt": "x"})
+
+
+def test_writer_aborts_on_exception(tmp_path):
+    with pytest.raises(RuntimeError):
+        with shardstream.ShardWriter(str(tmp_path)) as w:
+            w.write({"__key__": "a", "txt": "x"})
+            raise RuntimeError("boom")
+    assert not os.path.exists(tmp_path / "manifest.jsonl")
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tar")]
+
+
+def test_every_sample_once_with_decoded_fields(manifest, total):
+    seen = []
+    with shardstream.Loader(manifest, fields=["tokens.npy", "cls", "txt"], batch_size=16,
+                            seed=3) as loader:
+        assert len(loader) == (total + 15) // 16
+        for batch in loader:
+            ids = sample_ids(batch)
+            tokens = batch["tokens.npy"]
+            assert tokens.dtype == np.int32 and tokens.shape == (len(ids), SEQ)
+            assert (tokens[:, 0] == ids).all() and (tokens == tokens[:, :1]).all()
+            assert list(batch["cls"]) == [i % 10 for i in ids]
+            assert batch["txt"] == [f"caption {i}" for i in ids]
+            assert all(u.endswith(".tar") for u in batch["__url__"])
+            seen += ids
+    assert sorted(seen) == list(range(total))
+    assert seen != sorted(seen), "seeded shuffle should reorder samples"
+
+
+def test_same_seed_same_order_other_seed_other_order(manifest):
+    def order(seed):
+        with shardstream.Loader(manifest, fields=["cls"], batch_size=10, seed=seed) as lo:
+            return [k for b in lo for k in b["__key__"]]
+    assert order(5) == order(5)
+    assert order(5) != order(6)
+
+
+def test_arrays_are_views_that_outlive_the_loader(manifest):
+    loader = shardstream.Loader(manifest, fields=["tokens.npy"], batch_size=8, prefetch=2)
+    kept = [loader.next() for _ in range(3)]
+    loader.close()
+    del loader
+    gc.collect()
+    for batch in kept:
+        arr = batch["tokens.npy"]
+        assert not arr.flags.owndata and arr.base is not None
+        assert (arr[:, 0] == sample_ids(batch)).all()
+
+
+def test_buffers_return_to_the_pool(manifest, total):
+    # More batches than slots pass through only if each slot comes back when
+    # its arrays are dropped.
+    with shardstream.Loader(manifest, fields=["tokens.npy"], batch_size=4, prefetch=1,
+                            shuffle=False) as loader:
+        n = sum(1 for _ in loader)
+        assert n == total // 4
+        stats = loader.stats()
+        assert stats["slots"] < n
+
+
+def test_epochs_advance_and_set_epoch(manifest):
+    lo = shardstream.Loader(manifest, fields=["cls"], batch_size=50, seed=1)
+    e0 = [k for b in lo for k in b["__key__"]]
+    e1 = [k for b in lo for k in b["__key__"]]
+    assert lo.epoch == 1 and sorted(e0) == sorted(e1) and e0 != e1
+    lo.set_epoch(0)
+    assert [k for b in lo for k in b["__key__"]] == e0
+    lo.close()
+
+
+def test_disjoint_equal_shares(manifest, total):
+    shares = []
+    for rank in range(3):
+        with shardstream.Loader(manifest, fields=["cls"], batch_size=7, rank=rank, world_size=3,
+                                seed=2) as lo:
+            shares.append([k for b in lo for k in b["__key__"]])
+    assert len({len(s) for s in shares}) == 1
+    flat = [k for s in shares for k in s]
+    assert len(flat) == len(set(flat)) and len(flat) >= total - 2
+
+
+def test_state_restore_with_other_world_size_delivers_the_rest(manifest, total):
+    first = []
+    states = []
+    for rank in range(2):
+        lo = shardstream.Loader(manifest, fields=["cls"], batch_size=5, rank=rank, world_size=2,
+                                seed=9)
+        for _ in range(4 + rank):
+            first += lo.next()["__key__"]
+        states.append(lo.state())
+        lo.close()
+    rest = []
+    for rank in range(3):
+        lo = shardstream.Loader(manifest, fields=["cls"], batch_size=5, rank=rank, world_size=3,
+                                seed=9)
+        lo.restore(states)
+        rest += [k for b in lo for k in b["__key__"]]
+        lo.close()
+    assert not set(first) & set(rest)
+    assert len(first) + len(rest) == len(set(first) | set(rest))
+    assert total - 2 <= len(first) + len(rest) <= total
+
+
+def test_bad_options_raise_config_error(manifest):
+    with pytest.raises(shardstream.ConfigError, match="unknown option 'bogus'"):
+        shardstream._core.Loader({"manifest": manifest, "bogus": 1})
+    with pytest.raises(shardstream.ConfigError, match="error_policy"):
+        shardstream.Loader(manifest, fields=["cls"], error_policy="ignore")
+    with pytest.raises(shardstream.ConfigError):
+        shardstream.Loader(manifest, fields=["cls"], batch_size=0)
+    with pytest.raises(ValueError):  # ConfigError is a ValueError
+        shardstream.Loader(manifest, fields=["cls"], cache_dir="/tmp/x")
+
+
+def test_missing_manifest_raises_not_found(tmp_path):
+    with pytest.raises(shardstream.NotFoundError) as info:
+        shardstream.Loader(str(tmp_path / "nope.jsonl"), fields=["cls"])
+    assert isinstance(info.value, FileNotFoundError)
+    assert "nope.jsonl" in str(info.value)
+
+
+def test_corrupt_shard_raises_corrupt_error_with_shard_and_offset(tmp_path):
+    path = make_shards(str(tmp_path), nshards=1, per_shard=10)
+    shard = tmp_path / read_manifest(path)[0]["url"]
+    data = bytearray(shard.read_bytes())
+    # Break the checksum field of the 4th member's header (members are 1024
+    # bytes apart for these tiny samples: header + one data block each).
+    off = 3 * 512 * 2
+    data[off + 148:off + 156] = b"garbage!"
+    shard.write_bytes(bytes(data))
+    entries = read_manifest(path)
+    entries[0].pop("checksum")  # reach the tar parser, not the checksum check
+    with open(path, "w") as f:
+        f.write("\n".join(json.dumps(e) for e in entries) + "\n")
+    lo = shardstream.Loader(path, fields=["cls"], batch_size=1, shuffle=False)
+    with pytest.raises(shardstream.CorruptError) as info:
+        for _ in lo:
+            pass
+    e = info.value
+    assert e.url is not None and e.url.endswith(shard.name)
+    assert e.offset is not None and 0 <= e.offset <= off
+    assert shard.name in str(e)
+    lo.close()
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def _fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_early_break_leaks_no_threads_or_fds(manifest):
+    threads, fds = _threads(), _fds()
+    for _ in range(3):
+        lo = shardstream.Loader(manifest, fields=["tokens.npy"], batch_size=4, reader_threads=2)
+        for i, _b in enumerate(lo):
+            if i == 2:
+                break
+        assert _threads() > threads  # the pipeline runs on its own threads
+        del lo, _b
+        gc.collect()
+    assert _threads() == threads
+    assert _fds() == fds
+
+
+def test_no_threads_before_first_batch(manifest):
+    threads = _threads()
+    lo = shardstream.Loader(manifest, fields=["cls"], batch_size=4)
+    assert _threads() == threads and len(lo) > 0
+    lo.close()
+
+
+def test_metrics_dict_and_prometheus(manifest, total):
+    with shardstream.Loader(manifest, fields=["tokens.npy"], batch_size=10) as lo:
+        for _ in lo:
+            pass
+        stats = lo.stats()
+    assert stats["batches"] == total // 10 and stats["samples"] == total
+    assert sum(stats["wait_counts"]) == stats["batches"] + 1 or \
+        sum(stats["wait_counts"]) == stats["batches"]
+    text = shardstream.metrics.to_prometheus(stats, labels={"rank": 0})
+    assert f'shardstream_loader_samples_total{{rank="0"}} {total}' in text
+    assert 'shardstream_loader_wait_seconds_bucket{le="+Inf",rank="0"}' in text
+    assert "# TYPE shardstream_loader_wait_seconds histogram" in text
+
+
+def test_native_log_records_reach_python_logging(caplog):
+    with caplog.at_level(logging.WARNING, logger="shardstream"):
+        shardstream._core._log(30, "hello from C++ " + str(threading.get_ident()))
+        shardstream._logging.drain()
+    assert any("hello from C++" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records)
+
+
+def test_parse_size():
+    assert shardstream.parse_size("512MiB") == 512 << 20
+    assert shardstream.parse_size("1.5 GB") == int(1.5 * (1 << 30))
+    assert shardstream.parse_size(12) == 12
+    with pytest.raises(shardstream.ConfigError):
+        shardstream.parse_size("lots")
+
+
+def test_zstd_shards_and_brace_pattern_without_counts(tmp_path):
+    with shardstream.ShardWriter(str(tmp_path), max_samples=10, compression="zstd") as w:
+        for i in range(30):
+            w.write({"__key__": f"z{i:03d}", "tokens.npy": np.full(8, i, np.int16)})
+    names = sorted(p for p in os.listdir(tmp_path) if p.endswith(".tar.zst"))
+    assert names == [f"shard-{i:06d}.tar.zst" for i in range(3)]
+    pattern = str(tmp_path / "shard-{000000..000002}.tar.zst")
+    with shardstream.Loader(pattern, fields=["tokens.npy"], batch_size=4, shuffle=False) as lo:
+        with pytest.raises(TypeError, match="unknown"):
+            len(lo)
+        rows = [int(r[0]) for b in lo for r in b["tokens.npy"]]
+    assert sorted(rows) == list(range(30))

@@ -1,0 +1,100 @@
+"""Ctrl-C while blocked in next() raises KeyboardInterrupt promptly."""
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import shardstream
+
+BLOCKED = r"""
+import sys, time
+import shardstream
+lo = shardstream.Loader(sys.argv[1], fields=["cls"], batch_size=2)
+print("ready", flush=True)
+try:
+    lo.next()                        # the shard is a FIFO nobody writes: blocks
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    t = time.monotonic()
+    try:
+        lo.close()                   # joins the reader once the FIFO is released
+    finally:
+        print("closed", round(time.monotonic() - t, 3), flush=True)
+"""
+
+
+def test_sigint_in_blocked_next_raises_keyboard_interrupt(tmp_path):
+    fifo = tmp_path / "shard-000000.tar"
+    os.mkfifo(fifo)
+    (tmp_path / "manifest.jsonl").write_text(
+        '{"url": "shard-000000.tar", "size": 10240, "nsamples": 4}\n')
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(tmp_path / "manifest.jsonl")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(l.strip()) for l in proc.stdout],
+                              daemon=True)
+    reader.start()
+    try:
+        assert lines.get(timeout=30) == "ready"
+        time.sleep(1.0)  # next() is now blocked in the reader's open() of the FIFO
+        assert proc.poll() is None and lines.empty()
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert lines.get(timeout=10) == "interrupted"
+        elapsed = time.monotonic() - sent
+        # Release the reader (a writer that closes at once: end of file), so
+        # close() can join it.
+        with open(fifo, "wb"):
+            pass
+        closed = lines.get(timeout=20)
+        proc.wait(timeout=20)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert closed.startswith("closed"), closed
+    assert elapsed < 2, f"took {elapsed:.2f}s to react to SIGINT"
+
+
+def test_holding_every_slot_raises_unavailable_naming_the_cause(tmp_path):
+    with shardstream.ShardWriter(str(tmp_path)) as w:
+        for i in range(100):
+            w.write({"__key__": f"k{i:04d}", "tokens.npy": np.full(256, i, np.int32)})
+    lo = shardstream.Loader(str(tmp_path / "manifest.jsonl"), fields=["tokens.npy"], batch_size=2,
+                            prefetch=1)
+    kept = []
+    with pytest.raises(shardstream.UnavailableError, match="holds every batch slot"):
+        for _ in range(10):
+            kept.append(lo.next())
+    assert len(kept) == 3  # prefetch + 2 batches (every slot) may be kept
+    kept.clear()
+    lo.close()
+
+
+EXIT_MIDWAY = r"""
+import sys
+import shardstream
+lo = shardstream.Loader(sys.argv[1], fields=["tokens.npy"], batch_size=2, prefetch=2)
+kept = [lo.next(), lo.next()]        # threads running, batches alive, no close()
+print("exiting", flush=True)
+"""
+
+
+def test_interpreter_exit_with_a_running_loader(tmp_path):
+    with shardstream.ShardWriter(str(tmp_path)) as w:
+        for i in range(100):
+            w.write({"__key__": f"k{i:04d}", "tokens.npy": np.full(1024, i, np.int32)})
+    t = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", EXIT_MIDWAY, str(tmp_path / "manifest.jsonl")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "exiting" and time.monotonic() - t < 20
