@@ -36,4 +36,4 @@ echo "== 5. read every sample back, against a plain read of the same files"
 echo "== 6. train a small PyTorch model from the shards (served over loopback, through the cache)"
 .venv/bin/python -m pip install -q --no-build-isolation "$root"
 (cd "$demo" && "$root/.venv/bin/python" "$root/examples/train_demo.py" --dir "$demo/train")
-echo "demo done; files in $demo"
+echo "files in $demo"
