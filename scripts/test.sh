@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suite (ctest) and the Python suite (pytest).
 #   scripts/test.sh             normal build in build/
-#   scripts/test.sh --sanitize  also the ASan+UBSan build of the C++ suite
+#   scripts/test.sh --sanitize  also the ASan+UBSan and the TSan builds of the C++ suite
 # Does its own set-up (scripts/setup.sh) first.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,4 +34,10 @@ if ((sanitize)); then
   cmake --build build-asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 600
+  echo "== C++ tests under TSan"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+        -DSHARDSTREAM_SANITIZE=thread -DSHARDSTREAM_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-tsan -j"$jobs"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" --timeout 600
 fi

@@ -144,7 +144,12 @@ class SHARDSTREAM_EXPORT Loader {
   LoaderStats stats() const;
 
   // Stops and joins the threads; idempotent. next() then returns kCancelled.
+  // Called by the thread that calls next(), never concurrently with it.
   void Stop();
+  // Wakes a next() blocked on another thread, which then returns kCancelled,
+  // as do later calls; joins nothing. Safe from any thread, at any time
+  // (Ctrl-C handlers, watchdogs); follow it with Stop() on the owner thread.
+  void Cancel();
 
   class Impl;
 

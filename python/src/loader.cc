@@ -233,9 +233,10 @@ class PyLoader {
       if (stopped_) return;
       stopped_ = true;
       cv_.notify_all();
-      // Loader::Stop() must not run while Loader::next() does (they share
-      // unsynchronised state), so a fetch in flight is let finish first: it
-      // ends with a batch, the epoch's end or an error, which is dropped.
+      // Loader::Stop() must not run while Loader::next() does, so a fetch in
+      // flight is cancelled (thread-safe, no joins) and let finish first: it
+      // returns promptly with kCancelled (or a batch), which is dropped.
+      if (loader_) loader_->Cancel();
       cv_.wait(lock, [this] { return !want_; });
     }
     if (loader_) loader_->Stop();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <atomic>
 #include <mutex>
 
 #include "common/log.h"
@@ -44,6 +45,10 @@ class Loader::Impl {
   bool ended = false;
   bool stopped = false;
   bool warned_untracked = false;
+  // Cancel() may come from another thread while next() runs: the run pointer
+  // is swapped and cancelled under run_mu, and joined only by the owner.
+  std::atomic<bool> cancelled{false};
+  std::mutex run_mu;
 
   mutable std::mutex stats_mu;  // guards the fields below (stats() from any thread)
   uint64_t batches = 0, samples = 0, bytes = 0;
@@ -53,10 +58,12 @@ class Loader::Impl {
 
   Status Plan(const ResumeState* resume, int64_t e);
   void EndRun() {
-    if (run) {
-      run->Stop();
-      run.reset();
+    std::unique_ptr<internal::LoaderRun> r;
+    {
+      std::lock_guard<std::mutex> lock(run_mu);
+      r = std::move(run);
     }
+    if (r) r->Stop();
   }
   Status Deliver(const Batch& b);
   void FlushDeliveries();
@@ -216,7 +223,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
 
 Result<Batch> Loader::next() {
   Impl& m = *impl_;
-  if (m.stopped) return Status::Cancelled("loader stopped");
+  if (m.stopped || m.cancelled.load()) return Status::Cancelled("loader stopped");
   if (!m.sticky.ok()) return m.sticky;
   if (m.ended) return Batch();
   if (!m.run) {
@@ -228,6 +235,8 @@ Result<Batch> Loader::next() {
     rc.epoch = m.epoch;
     rc.skip_tokens = m.partial;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
+    std::lock_guard<std::mutex> lock(m.run_mu);
+    if (m.cancelled.load()) return Status::Cancelled("loader stopped");
     m.run = std::make_unique<internal::LoaderRun>(std::move(rc), m.counters.get());
     m.run->Start();
   }
@@ -324,7 +333,14 @@ int64_t Loader::batches_per_epoch() const {
 
 void Loader::Stop() {
   impl_->stopped = true;
+  impl_->cancelled.store(true);
   impl_->EndRun();
+}
+
+void Loader::Cancel() {
+  impl_->cancelled.store(true);
+  std::lock_guard<std::mutex> lock(impl_->run_mu);
+  if (impl_->run) impl_->run->Cancel();
 }
 
 LoaderStats Loader::stats() const {

@@ -83,12 +83,17 @@ void LoaderRun::Start() {
 }
 
 void LoaderRun::Stop() {
+  Cancel();
+  lanes_->Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void LoaderRun::Cancel() {
   stop_.store(true);
   queue_.Cancel();
   if (batcher_) batcher_->slots().Cancel();
   if (packer_) packer_->slots().Cancel();
-  lanes_->Stop();
-  if (thread_.joinable()) thread_.join();
+  lanes_->Cancel();
 }
 
 Status LoaderRun::Emit(Batch&& b) {

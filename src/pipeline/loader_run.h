@@ -45,6 +45,8 @@ class LoaderRun {
   ~LoaderRun();  // Stop()
   void Start();
   void Stop();
+  // Stop() without the joins: wakes every thread and waiter. Any thread.
+  void Cancel();
   PrefetchQueue<Batch>& queue() { return queue_; }
   // True when the assembler waits for a batch slot while none is queued:
   // only the caller can free one (it holds every slot).

@@ -7,6 +7,22 @@
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
+namespace {
+
+// Lends a stream to a TarReader while the lane keeps a reference to cancel it.
+class SharedStream final : public InputStream {
+ public:
+  explicit SharedStream(std::shared_ptr<CachedShard> s) : s_(std::move(s)) {}
+  const std::string& url() const override { return s_->url(); }
+  Result<size_t> Read(size_t n, void* out) override { return s_->Read(n, out); }
+  uint64_t position() const override { return s_->position(); }
+  std::optional<uint64_t> size() const override { return s_->size(); }
+
+ private:
+  std::shared_ptr<CachedShard> s_;
+};
+
+}  // namespace
 
 ShardLanes::ShardLanes(std::vector<LaneRange> ranges, LaneConfig config, LaneCounters* counters)
     : ranges_(std::move(ranges)), config_(std::move(config)), counters_(counters) {
@@ -43,6 +59,12 @@ void ShardLanes::Start() {
 }
 
 void ShardLanes::Stop() {
+  Cancel();
+  for (auto& g : groups_)
+    if (g->thread.joinable()) g->thread.join();
+}
+
+void ShardLanes::Cancel() {
   stop_.store(true);
   for (auto& g : groups_) {
     {
@@ -53,8 +75,6 @@ void ShardLanes::Stop() {
     g->space.notify_all();
     g->data.notify_all();
   }
-  for (auto& g : groups_)
-    if (g->thread.joinable()) g->thread.join();
 }
 
 bool ShardLanes::Pop(int l, LaneItem* out) {
@@ -174,12 +194,14 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
     if (!stream.ok()) return stream.status();
     ++counters_->cache_opens;
     if ((*stream)->hit()) ++counters_->cache_hits;
-    CachedShard* raw = stream->get();
-    SHARDSTREAM_ASSIGN_OR_RETURN(lane->reader,
-                                 TarReader::Open(std::unique_ptr<InputStream>(std::move(*stream)),
-                                                 config_.tar));
-    std::lock_guard<std::mutex> lock(lane->group->mu);
-    lane->cached = raw;
+    std::shared_ptr<CachedShard> shared(std::move(*stream));
+    {
+      std::lock_guard<std::mutex> lock(lane->group->mu);
+      lane->cached = shared;
+      if (stop_.load()) shared->Cancel();  // Cancel() ran before the lane knew the stream
+    }
+    SHARDSTREAM_ASSIGN_OR_RETURN(
+        lane->reader, TarReader::Open(std::make_unique<SharedStream>(std::move(shared)), config_.tar));
   } else if (r.first > 0) {
     auto at = TarReader::OpenAt(r.ref.url, r.first, nullptr, config_.tar);
     if (at.ok()) {

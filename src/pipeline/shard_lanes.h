@@ -71,6 +71,8 @@ class ShardLanes {
   bool Pop(int l, LaneItem* out);
   // Stops and joins the reader threads; idempotent.
   void Stop();
+  // Wakes every reader and Pop without joining; safe from any thread.
+  void Cancel();
 
  private:
   struct Group;
@@ -84,7 +86,9 @@ class ShardLanes {
     size_t next_range = 0;
     int64_t read = 0;
     std::unique_ptr<TarReader> reader;
-    CachedShard* cached = nullptr;  // guarded by group->mu (for Cancel)
+    // Shared with the reader's stream so Cancel() can reach a read blocked
+    // in TarReader::Open as safely as one blocked later. Guarded by group->mu.
+    std::shared_ptr<CachedShard> cached;
   };
   struct Group {
     std::mutex mu;
