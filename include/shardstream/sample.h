@@ -1,0 +1,62 @@
+// Sample: one training example read from a shard, WebDataset style. A shard's
+// members "dir/abc.jpg" and "dir/abc.cls" form the sample with key "dir/abc"
+// and fields "jpg" and "cls": the key is the member path up to the first dot
+// of its basename, the rest is the field name ("tokens.npy").
+//
+// Field bytes are views into large reference-counted read buffers: `data`
+// stays valid as long as the Field (or a copy of its `owner`) is alive, also
+// after the reader has moved on or been destroyed.
+//
+// Thread-safety: Sample and Field are values; the buffers they share are
+// immutable, so copies may be used from different threads.
+#ifndef SHARDSTREAM_SAMPLE_H_
+#define SHARDSTREAM_SAMPLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardstream/export.h"
+
+namespace shardstream {
+
+struct Field {
+  std::string name;        // "jpg", "tokens.npy"; case preserved
+  std::string_view data;   // the member's bytes; valid while `owner` lives
+  std::shared_ptr<const void> owner;  // keeps the buffer behind `data` alive
+  uint64_t offset = 0;     // offset of the member's data in the (uncompressed)
+                           // tar; 0 under TarEngine::kLibarchive, which does not say
+};
+
+struct Sample {
+  std::string key;         // WebDataset's __key__
+  std::string url;         // WebDataset's __url__: the shard, credentials redacted
+  int64_t index = -1;      // position of the sample in its shard, from 0
+  uint64_t offset = 0;     // offset of its first header in the (uncompressed) tar
+  std::vector<Field> fields;  // in shard order
+
+  // The field called `name`, or nullptr.
+  const Field* Find(std::string_view name) const {
+    for (const Field& f : fields)
+      if (f.name == name) return &f;
+    return nullptr;
+  }
+  // Sum of the field sizes.
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const Field& f : fields) n += f.data.size();
+    return n;
+  }
+};
+
+// Splits a member path by WebDataset's rule. Returns false (and leaves the
+// outputs untouched) when the basename has no dot or nothing before it:
+// such members belong to no sample.
+SHARDSTREAM_EXPORT bool SplitSampleKey(std::string_view path, std::string_view* key,
+                                       std::string_view* field);
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_SAMPLE_H_

@@ -1,0 +1,220 @@
+// shardstream bench SHARD...: reads every sample as the loader will (each
+// field copied into a destination buffer, as batching does) and, in the same
+// run, the plain sequential read of the same files: the limit the reader is
+// measured against. For compressed shards also `zstd -d -c` / `gzip -dc`.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "shardstream/tar_reader.h"
+#include "shardstream/url.h"
+#include "tools/command.h"
+#include "tools/tar_tool_util.h"
+
+namespace shardstream::tools {
+namespace {
+
+struct BenchArgs {
+  std::vector<std::string> shards;
+  int runs = 5;
+  std::string dest_size = "8MiB";
+  std::string chunk_size = "4MiB";
+  bool libarchive = false, json = false, no_external = false;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+Result<uint64_t> PlainRead(const std::vector<std::string>& shards, std::vector<char>& buf) {
+  uint64_t total = 0;
+  for (const auto& url : shards) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto in, DefaultSource()->OpenInputStream(url, 0));
+    while (true) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in->Read(buf.size(), buf.data()));
+      if (n == 0) break;
+      total += n;
+    }
+  }
+  return total;
+}
+
+struct ReadTotals {
+  uint64_t samples = 0, fields = 0, bytes = 0;
+  ShardCompression compression = ShardCompression::kNone;
+};
+
+Result<ReadTotals> ReaderRead(const std::vector<std::string>& shards, const TarReaderOptions& o,
+                              std::vector<char>& dest) {
+  ReadTotals t;
+  size_t pos = 0;
+  Sample s;
+  for (const auto& url : shards) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, TarReader::Open(url, o));
+    t.compression = reader->compression();
+    while (true) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(bool got, reader->Next(&s));
+      if (!got) break;
+      ++t.samples;
+      for (const Field& f : s.fields) {
+        // The copy batching makes: field bytes into a (reused) batch buffer.
+        std::string_view d = f.data;
+        while (!d.empty()) {
+          if (pos == dest.size()) pos = 0;
+          size_t k = std::min(d.size(), dest.size() - pos);
+          std::memcpy(dest.data() + pos, d.data(), k);
+          pos += k;
+          d.remove_prefix(k);
+        }
+        t.bytes += f.data.size();
+        ++t.fields;
+      }
+    }
+  }
+  return t;
+}
+
+// Wall time of a shell command over the same files, or a negative value.
+double TimeCommand(const std::string& cmd) {
+  auto t0 = Clock::now();
+  int rc = std::system(cmd.c_str());
+  auto t1 = Clock::now();
+  return rc == 0 ? Seconds(t0, t1) : -1;
+}
+
+int RunBench(const BenchArgs& a) {
+  auto dest_bytes = ParseByteSize(a.dest_size);
+  if (!dest_bytes.ok() || *dest_bytes == 0 || a.runs < 1) {
+    std::cerr << "bench: bad --dest-size or --runs\n";
+    return 2;
+  }
+  std::vector<char> buf(size_t{4} << 20);
+  std::vector<char> dest(static_cast<size_t>(*dest_bytes));
+  std::memset(dest.data(), 1, dest.size());  // fault the pages in before timing
+  TarReaderOptions o;
+  if (a.libarchive) o.engine = TarEngine::kLibarchive;
+  auto chunk = ParseByteSize(a.chunk_size);
+  if (!chunk.ok()) {
+    std::cerr << "bench: " << chunk.status().message() << "\n";
+    return 2;
+  }
+  o.chunk_size = static_cast<size_t>(*chunk);
+  buf.resize(o.chunk_size);  // the plain read uses the reader's read size
+
+  auto warm = PlainRead(a.shards, buf);  // page cache warm-up
+  if (!warm.ok()) {
+    std::cerr << "bench: " << warm.status() << "\n";
+    return 1;
+  }
+  uint64_t file_bytes = *warm;
+  std::vector<double> plain, reader, external;
+  ReadTotals totals;
+  std::string external_cmd;
+  for (int r = 0; r < a.runs; ++r) {
+    auto t0 = Clock::now();
+    auto p = PlainRead(a.shards, buf);
+    auto t1 = Clock::now();
+    auto rr = ReaderRead(a.shards, o, dest);
+    auto t2 = Clock::now();
+    if (!p.ok() || !rr.ok()) {
+      std::cerr << "bench: " << (p.ok() ? rr.status() : p.status()) << "\n";
+      return 1;
+    }
+    totals = *rr;
+    plain.push_back(Seconds(t0, t1));
+    reader.push_back(Seconds(t1, t2));
+    if (totals.compression != ShardCompression::kNone && !a.no_external) {
+      if (external_cmd.empty()) {
+        external_cmd = totals.compression == ShardCompression::kZstd ? "zstd -q -d -c" : "gzip -dc";
+        for (const auto& s : a.shards) external_cmd += " '" + LocalPath(s) + "'";
+        external_cmd += " > /dev/null";
+      }
+      double t = TimeCommand(external_cmd);
+      if (t > 0) external.push_back(t);
+    }
+  }
+  double tp = Median(plain), tr = Median(reader);
+  double gb = static_cast<double>(file_bytes) / 1e9;
+  struct rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  double rss_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  nlohmann::json j = {
+      {"shards", a.shards.size()},
+      {"file_bytes", file_bytes},
+      {"samples", totals.samples},
+      {"fields", totals.fields},
+      {"field_bytes", totals.bytes},
+      {"engine", a.libarchive ? "libarchive" : "fast"},
+      {"runs", a.runs},
+      {"plain_read_gbps", gb / tp},
+      {"reader_gbps", gb / tr},
+      {"reader_payload_gbps", static_cast<double>(totals.bytes) / 1e9 / tr},
+      {"samples_per_s", static_cast<double>(totals.samples) / tr},
+      {"ratio_vs_plain_read", tp / tr},
+      {"peak_rss_mib", rss_mib},
+  };
+  if (!external.empty()) {
+    double te = Median(external);
+    j["external_command"] = totals.compression == ShardCompression::kZstd ? "zstd -d -c" : "gzip -dc";
+    j["external_gbps"] = gb / te;
+    j["ratio_vs_external"] = te / tr;
+  }
+  if (a.json) {
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  char line[256];
+  std::cout << a.shards.size() << " shards, " << HumanBytes(file_bytes) << ", "
+            << totals.samples << " samples of " << HumanBytes(totals.samples ? totals.bytes / totals.samples : 0)
+            << " on average; median of " << a.runs << " runs\n";
+  std::snprintf(line, sizeof(line), "plain sequential read: %8.2f GB/s\n", gb / tp);
+  std::cout << line;
+  std::snprintf(line, sizeof(line),
+                "tar reader (%s):   %8.2f GB/s  %12.0f samples/s  %5.1f%% of plain read\n",
+                a.libarchive ? "libarchive" : "fast", gb / tr,
+                static_cast<double>(totals.samples) / tr, 100.0 * tp / tr);
+  std::cout << line;
+  if (!external.empty()) {
+    std::snprintf(line, sizeof(line), "%s:        %8.2f GB/s; reader at %5.1f%% of it\n",
+                  j["external_command"].get<std::string>().c_str(), gb / Median(external),
+                  100.0 * Median(external) / tr);
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof(line), "peak RSS: %.0f MiB\n", rss_mib);
+  std::cout << line;
+  return 0;
+}
+
+}  // namespace
+
+SHARDSTREAM_COMMAND(bench, [](CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  auto* sub = app.add_subcommand(
+      "bench", "Read shards as fast as possible and compare with a plain read of the same files");
+  sub->add_option("SHARD", args->shards, "Shards to read")->required();
+  sub->add_option("--runs", args->runs, "Timed runs; medians are reported")->capture_default_str();
+  sub->add_option("--dest-size", args->dest_size, "Destination buffer fields are copied to, reused cyclically like a batch slot")
+      ->capture_default_str();
+  sub->add_option("--chunk-size", args->chunk_size, "Reader's read/buffer size (also the plain read's)")
+      ->capture_default_str();
+  sub->add_flag("--libarchive", args->libarchive, "Use the libarchive engine");
+  sub->add_flag("--no-external", args->no_external, "Skip timing zstd/gzip for compressed shards");
+  sub->add_flag("--json", args->json, "Print the figures as JSON");
+  sub->callback([args] { ExitWith(RunBench(*args)); });
+});
+
+}  // namespace shardstream::tools

@@ -1,0 +1,65 @@
+// shardstream index SHARD...: writes <shard>.idx, the sample index that lets
+// a reader open an uncompressed shard at any sample.
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "shardstream/tar_reader.h"
+#include "tools/command.h"
+#include "tools/tar_tool_util.h"
+
+namespace shardstream::tools {
+namespace {
+
+struct IndexArgs {
+  std::vector<std::string> shards;
+  unsigned threads = 0;
+  bool json = false;
+};
+
+int RunIndex(const IndexArgs& a) {
+  std::mutex mu;
+  int rc = 0;
+  ParallelFor(a.shards.size(), a.threads, [&](size_t i) {
+    const std::string& url = a.shards[i];
+    auto index = BuildSampleIndex(url);
+    Status st = index.ok() ? WriteSampleIndex(*index, url) : index.status();
+    std::lock_guard<std::mutex> lock(mu);
+    if (!st.ok()) {
+      rc = 1;
+      if (a.json) {
+        std::cout << nlohmann::json({{"shard", url}, {"error", st.ToString()}}).dump() << "\n";
+      } else {
+        std::cerr << "index: " << st << "\n";
+      }
+      return;
+    }
+    if (a.json) {
+      std::cout << nlohmann::json({{"shard", url},
+                                   {"index", IndexUrlFor(url)},
+                                   {"samples", index->samples.size()},
+                                   {"compressed", index->compressed}})
+                       .dump()
+                << "\n";
+    } else {
+      std::cout << IndexUrlFor(url) << ": " << index->samples.size() << " samples"
+                << (index->compressed ? " (compressed: OpenAt reads from the start)" : "")
+                << "\n";
+    }
+  });
+  return rc;
+}
+
+}  // namespace
+
+SHARDSTREAM_COMMAND(index, [](CLI::App& app) {
+  auto args = std::make_shared<IndexArgs>();
+  auto* sub = app.add_subcommand("index", "Write <shard>.idx sample indexes (random access)");
+  sub->add_option("SHARD", args->shards, "Shards to index")->required();
+  sub->add_option("--threads", args->threads, "Parallel shards (0: one per core)");
+  sub->add_flag("--json", args->json, "One JSON object per shard");
+  sub->callback([args] { ExitWith(RunIndex(*args)); });
+});
+
+}  // namespace shardstream::tools

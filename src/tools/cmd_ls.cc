@@ -1,0 +1,69 @@
+// shardstream ls SHARD: the samples of a shard, their fields and sizes.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "shardstream/tar_reader.h"
+#include "tools/command.h"
+
+namespace shardstream::tools {
+namespace {
+
+struct LsArgs {
+  std::string shard;
+  bool json = false;
+  bool libarchive = false;
+};
+
+int RunLs(const LsArgs& a) {
+  TarReaderOptions o;
+  if (a.libarchive) o.engine = TarEngine::kLibarchive;
+  auto reader = TarReader::Open(a.shard, o);
+  if (!reader.ok()) {
+    std::cerr << "ls: " << reader.status() << "\n";
+    return 1;
+  }
+  Sample s;
+  while (true) {
+    auto got = (*reader)->Next(&s);
+    if (!got.ok()) {
+      std::cerr << "ls: " << got.status() << "\n";
+      return 1;
+    }
+    if (!*got) break;
+    if (a.json) {
+      nlohmann::json fields = nlohmann::json::array();
+      for (const Field& f : s.fields) fields.push_back({{"name", f.name}, {"size", f.data.size()}});
+      nlohmann::json j = {{"index", s.index}, {"key", s.key}, {"offset", s.offset},
+                          {"fields", fields}};
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else {
+      std::cout << s.index << "\t" << s.key << "\t";
+      for (size_t i = 0; i < s.fields.size(); ++i)
+        std::cout << (i ? " " : "") << s.fields[i].name << ":" << s.fields[i].data.size();
+      std::cout << "\n";
+    }
+  }
+  const TarStats& st = (*reader)->stats();
+  if (!a.json) {
+    std::cerr << st.samples << " samples, " << st.fields << " fields, " << st.field_bytes
+              << " bytes; not followed: " << st.directories << " directories, " << st.symlinks
+              << " symlinks, " << st.hardlinks << " hard links, " << st.devices
+              << " devices, " << st.other_entries << " other; " << st.unkeyed_members
+              << " files without a key\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+SHARDSTREAM_COMMAND(ls, [](CLI::App& app) {
+  auto args = std::make_shared<LsArgs>();
+  auto* sub = app.add_subcommand("ls", "List the samples of a shard (key, fields, sizes)");
+  sub->add_option("SHARD", args->shard, "Shard url or path (.tar, .tar.gz, .tar.zst)")->required();
+  sub->add_flag("--json", args->json, "One JSON object per sample");
+  sub->add_flag("--libarchive", args->libarchive, "Read with libarchive instead of the fast parser");
+  sub->callback([args] { ExitWith(RunLs(*args)); });
+});
+
+}  // namespace shardstream::tools

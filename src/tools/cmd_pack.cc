@@ -1,0 +1,163 @@
+// shardstream pack SRC_DIR OUT_DIR: files grouped by key (WebDataset rules)
+// into deterministic tar shards plus manifest.jsonl.
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "shardstream/shard_writer.h"
+#include "tools/command.h"
+#include "tools/tar_tool_util.h"
+
+namespace shardstream::tools {
+namespace {
+
+struct PackArgs {
+  std::string src, out, shard_size = "512MiB", compress = "none", pattern;
+  uint64_t max_samples = 0;
+  int level = 3;
+  bool index = false, json = false;
+};
+
+int RunPack(const PackArgs& a) {
+  namespace fs = std::filesystem;
+  auto max_bytes = ParseByteSize(a.shard_size);
+  if (!max_bytes.ok()) {
+    std::cerr << "pack: " << max_bytes.status().message() << "\n";
+    return 2;
+  }
+  ShardWriterOptions o;
+  o.max_bytes = *max_bytes;
+  o.max_samples = a.max_samples;
+  o.pattern = a.pattern;
+  o.zstd_level = a.level;
+  o.write_index = a.index;
+  if (a.compress == "zstd") {
+    o.compression = ShardCompression::kZstd;
+  } else if (a.compress != "none") {
+    std::cerr << "pack: --compress takes zstd or none\n";
+    return 2;
+  }
+  // Keys in sorted order; a key's files are its fields. Symlinks and other
+  // non-regular files are not followed.
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> samples;
+  uint64_t unkeyed = 0, not_regular = 0;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(a.src, fs::directory_options::none, ec), end;
+  if (ec) {
+    std::cerr << "pack: cannot read " << a.src << ": " << ec.message() << "\n";
+    return 1;
+  }
+  for (; it != end; it.increment(ec)) {
+    if (ec) {
+      std::cerr << "pack: " << ec.message() << "\n";
+      return 1;
+    }
+    const auto& entry = *it;
+    if (entry.is_directory() && !entry.is_symlink()) continue;
+    std::string rel = fs::relative(entry.path(), a.src).generic_string();
+    if (entry.is_symlink() || !entry.is_regular_file()) {
+      ++not_regular;
+      continue;
+    }
+    std::string_view key, field;
+    if (!SplitSampleKey(rel, &key, &field)) {
+      ++unkeyed;
+      continue;
+    }
+    samples[std::string(key)].emplace_back(std::string(field), entry.path().string());
+  }
+  if (unkeyed || not_regular)
+    std::cerr << "pack: left out " << unkeyed << " files without a key.field name and "
+              << not_regular << " symlinks or special files\n";
+
+  auto writer = ShardWriter::Create(a.out, o);
+  if (!writer.ok()) {
+    std::cerr << "pack: " << writer.status() << "\n";
+    return 1;
+  }
+  bool tty = ::isatty(STDERR_FILENO) && !a.json;
+  auto last = std::chrono::steady_clock::now();
+  uint64_t done = 0, bytes = 0;
+  for (auto& [key, files] : samples) {
+    std::vector<std::string> contents;
+    contents.reserve(files.size());
+    Sample s;
+    s.key = key;
+    for (auto& [field, path] : files) {
+      auto data = ReadFileToString(*LocalSource(), path);
+      if (!data.ok()) {
+        std::cerr << "pack: " << data.status() << "\n";
+        return 1;
+      }
+      contents.push_back(std::move(*data));
+    }
+    for (size_t i = 0; i < files.size(); ++i) {
+      Field f;
+      f.name = files[i].first;
+      f.data = contents[i];
+      bytes += contents[i].size();
+      s.fields.push_back(std::move(f));
+    }
+    if (Status st = (*writer)->Write(s); !st.ok()) {
+      std::cerr << "pack: " << st << "\n";
+      return 1;
+    }
+    ++done;
+    auto now = std::chrono::steady_clock::now();
+    if (tty && now - last > std::chrono::milliseconds(200)) {
+      last = now;
+      std::cerr << "\rpacked " << done << "/" << samples.size() << " samples, "
+                << HumanBytes(bytes) << ", " << (*writer)->manifest().shards.size()
+                << " shards done" << std::flush;
+    }
+  }
+  if (Status st = (*writer)->Close(); !st.ok()) {
+    std::cerr << (tty ? "\n" : "") << "pack: " << st << "\n";
+    return 1;
+  }
+  if (tty) std::cerr << "\r\033[K";
+  const Manifest& m = (*writer)->manifest();
+  if (a.json) {
+    nlohmann::json j = {{"samples", done},  {"shards", m.shards.size()},
+                        {"bytes", bytes},   {"unkeyed_files", unkeyed},
+                        {"skipped_links", not_regular},
+                        {"manifest", a.out + "/manifest.jsonl"}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << "packed " << done << " samples (" << HumanBytes(bytes) << ") into "
+              << m.shards.size() << " shards; manifest " << a.out << "/manifest.jsonl\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+SHARDSTREAM_COMMAND(pack, [](CLI::App& app) {
+  auto args = std::make_shared<PackArgs>();
+  auto* sub = app.add_subcommand(
+      "pack", "Pack a directory of files into tar shards (files sharing a key form a sample)");
+  sub->add_option("SRC_DIR", args->src, "Directory of files named <key>.<field>")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("OUT_DIR", args->out, "Output directory for shards and manifest.jsonl")
+      ->required();
+  sub->add_option("--shard-size", args->shard_size,
+                  "Largest shard (tar bytes before compression), e.g. 512MiB")
+      ->capture_default_str();
+  sub->add_option("--max-samples", args->max_samples, "Most samples per shard (0: no limit)")
+      ->capture_default_str();
+  sub->add_option("--compress", args->compress, "none or zstd")->capture_default_str();
+  sub->add_option("--level", args->level, "zstd level")->capture_default_str();
+  sub->add_option("--pattern", args->pattern,
+                  "Shard name pattern with one %d (default shard-%06d.tar[.zst])");
+  sub->add_flag("--index", args->index, "Also write <shard>.idx sample indexes");
+  sub->add_flag("--json", args->json, "Print the summary as JSON");
+  sub->callback([args] { ExitWith(RunPack(*args)); });
+});
+
+}  // namespace shardstream::tools

@@ -1,0 +1,94 @@
+// shardstream verify MANIFEST: every shard's size and checksum (and with
+// --samples its sample count) against the manifest, in parallel. Exit 1 if
+// any shard is bad.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "shardstream/manifest.h"
+#include "shardstream/tar_reader.h"
+#include "shardstream/url.h"
+#include "tools/command.h"
+#include "tools/tar_tool_util.h"
+
+namespace shardstream::tools {
+namespace {
+
+struct VerifyArgs {
+  std::string manifest;
+  unsigned threads = 0;
+  bool samples = false, json = false;
+};
+
+struct Verdict {
+  bool ok = true;
+  std::string problem;
+};
+
+Verdict Check(const ShardEntry& e, bool count_samples) {
+  Source& src = *DefaultSource();
+  auto d = DigestFile(src, e.resolved,
+                      e.checksum.empty() ? "xxh3_128" : e.checksum.substr(0, e.checksum.find(':')));
+  if (!d.ok()) return {false, d.status().ToString()};
+  if (e.size >= 0 && d->size != static_cast<uint64_t>(e.size))
+    return {false, "size " + std::to_string(d->size) + " != manifest " + std::to_string(e.size)};
+  if (!e.checksum.empty() && d->checksum != e.checksum)
+    return {false, "checksum " + d->checksum + " != manifest " + e.checksum};
+  if (count_samples) {
+    auto index = BuildSampleIndex(e.resolved);
+    if (!index.ok()) return {false, index.status().ToString()};
+    if (e.nsamples >= 0 && static_cast<int64_t>(index->samples.size()) != e.nsamples)
+      return {false, std::to_string(index->samples.size()) + " samples != manifest " +
+                         std::to_string(e.nsamples)};
+  }
+  return {};
+}
+
+int RunVerify(const VerifyArgs& a) {
+  auto m = ReadManifest(a.manifest);
+  if (!m.ok()) {
+    std::cerr << "verify: " << m.status() << "\n";
+    return 1;
+  }
+  std::vector<Verdict> verdicts(m->shards.size());
+  ParallelFor(m->shards.size(), a.threads,
+              [&](size_t i) { verdicts[i] = Check(m->shards[i], a.samples); });
+  size_t bad = 0;
+  nlohmann::json bad_list = nlohmann::json::array();
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    const auto& e = m->shards[i];
+    if (verdicts[i].ok) {
+      if (!a.json) std::cout << "ok   " << RedactUrl(e.url) << "\n";
+      continue;
+    }
+    ++bad;
+    bad_list.push_back({{"url", RedactUrl(e.url)}, {"problem", verdicts[i].problem}});
+    if (!a.json) std::cout << "BAD  " << RedactUrl(e.url) << ": " << verdicts[i].problem << "\n";
+  }
+  if (a.json) {
+    std::cout << nlohmann::json({{"manifest", RedactUrl(a.manifest)},
+                                 {"shards", m->shards.size()},
+                                 {"bad", bad_list}})
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << m->shards.size() - bad << " of " << m->shards.size() << " shards ok"
+              << (bad ? ", " + std::to_string(bad) + " bad" : "") << "\n";
+  }
+  return bad ? 1 : 0;
+}
+
+}  // namespace
+
+SHARDSTREAM_COMMAND(verify, [](CLI::App& app) {
+  auto args = std::make_shared<VerifyArgs>();
+  auto* sub = app.add_subcommand(
+      "verify", "Check every shard of a manifest: size and checksum (exit 1 if any is bad)");
+  sub->add_option("MANIFEST", args->manifest, "manifest.jsonl (or .csv/.json)")->required();
+  sub->add_option("--threads", args->threads, "Shards checked at once (0: one per core)");
+  sub->add_flag("--samples", args->samples, "Also read each shard and check its sample count");
+  sub->add_flag("--json", args->json, "Print the result as JSON");
+  sub->callback([args] { ExitWith(RunVerify(*args)); });
+});
+
+}  // namespace shardstream::tools

@@ -1,0 +1,94 @@
+// Helpers shared by the shard subcommands (pack, ls, index, verify, bench,
+// manifest): byte sizes on the command line, a small parallel loop, and
+// hashing a file through the Source seam.
+#ifndef SHARDSTREAM_TOOLS_TAR_TOOL_UTIL_H_
+#define SHARDSTREAM_TOOLS_TAR_TOOL_UTIL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardstream/checksum.h"
+#include "shardstream/result.h"
+#include "shardstream/source.h"
+
+namespace shardstream::tools {
+
+// "512MiB", "4GB", "1000", "64k" -> bytes (k/M/G/T are powers of 1024 with or
+// without "iB"; "KB/MB/GB" are powers of 1000).
+inline Result<uint64_t> ParseByteSize(const std::string& text) {
+  size_t i = 0;
+  uint64_t v = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (v > (~uint64_t{0}) / 10) return Status::Config("size too large: " + text);
+    v = v * 10 + static_cast<uint64_t>(text[i++] - '0');
+  }
+  if (i == 0) return Status::Config("not a size: '" + text + "' (e.g. 512MiB)");
+  std::string unit = text.substr(i);
+  uint64_t mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "k" || unit == "K" || unit == "KiB") mult = uint64_t{1} << 10;
+  else if (unit == "M" || unit == "MiB") mult = uint64_t{1} << 20;
+  else if (unit == "G" || unit == "GiB") mult = uint64_t{1} << 30;
+  else if (unit == "T" || unit == "TiB") mult = uint64_t{1} << 40;
+  else if (unit == "KB") mult = 1000;
+  else if (unit == "MB") mult = 1000 * 1000;
+  else if (unit == "GB") mult = 1000ull * 1000 * 1000;
+  else return Status::Config("unknown size unit in '" + text + "'");
+  if (v > (~uint64_t{0}) / mult) return Status::Config("size too large: " + text);
+  return v * mult;
+}
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (0: one per core).
+inline void ParallelFor(size_t n, unsigned threads, const std::function<void(size_t)>& fn) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<size_t>(threads, n));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+    });
+  for (auto& th : pool) th.join();
+}
+
+// Size and "xxh3_128:<hex>" of a whole object, read in 4 MiB blocks.
+struct FileDigest {
+  uint64_t size = 0;
+  std::string checksum;
+};
+inline Result<FileDigest> DigestFile(Source& source, const std::string& url,
+                                     const std::string& algorithm = "xxh3_128") {
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto in, source.OpenInputStream(url, 0));
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto hasher, Hasher::Create(algorithm));
+  std::vector<char> buf(size_t{4} << 20);
+  FileDigest d;
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in->Read(buf.size(), buf.data()));
+    if (n == 0) break;
+    hasher->Update(buf.data(), n);
+    d.size += n;
+  }
+  d.checksum = hasher->Finish();
+  return d;
+}
+
+inline std::string HumanBytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace shardstream::tools
+
+#endif  // SHARDSTREAM_TOOLS_TAR_TOOL_UTIL_H_

@@ -1,0 +1,257 @@
+// ShardWriter: round trips through both reader engines and through GNU tar,
+// deterministic bytes, rollover, atomic shards and the manifest.
+#include "shardstream/shard_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "shardstream/checksum.h"
+#include "shardstream/manifest.h"
+#include "support/tar_fixtures.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::ReadAll;
+using testing::ReadOutcome;
+using testing::TempDir;
+
+struct Input {
+  std::string key;
+  std::vector<std::pair<std::string, std::string>> fields;
+};
+
+std::vector<Input> MakeInputs(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Input> out;
+  for (int i = 0; i < n; ++i) {
+    Input in;
+    in.key = "part" + std::to_string(i % 3) + "/s" + std::to_string(i);
+    if (i == 4) in.key = "deep/" + std::string(150, 'k') + "/s4";  // pax path
+    size_t big = i == 2 ? 300000 : rng() % 5000;
+    std::string a(big, '\0');
+    for (char& c : a) c = static_cast<char>(rng());
+    // Given out of order: the writer sorts by name.
+    in.fields = {{"txt", "sample " + std::to_string(i)}, {"bin", a}, {"cls", ""}};
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+Sample ToSample(const Input& in) {
+  Sample s;
+  s.key = in.key;
+  for (const auto& [name, data] : in.fields) {
+    Field f;
+    f.name = name;
+    f.data = data;
+    s.fields.push_back(std::move(f));
+  }
+  return s;
+}
+
+Manifest WriteAll(const std::string& dir, const std::vector<Input>& inputs,
+                  ShardWriterOptions options = {}) {
+  auto w = ShardWriter::Create(dir, options);
+  EXPECT_TRUE(w.ok()) << w.status();
+  for (const Input& in : inputs) EXPECT_TRUE((*w)->Write(ToSample(in)).ok());
+  EXPECT_TRUE((*w)->Close().ok());
+  return (*w)->manifest();
+}
+
+TEST(ShardWriterTest, RoundTripsThroughBothEnginesSorted) {
+  TempDir dir;
+  auto inputs = MakeInputs(20, 1);
+  for (ShardCompression c : {ShardCompression::kNone, ShardCompression::kZstd}) {
+    ShardWriterOptions o;
+    o.compression = c;
+    std::string out = dir.Join(c == ShardCompression::kNone ? "plain" : "zstd");
+    Manifest m = WriteAll(out, inputs, o);
+    ASSERT_EQ(m.shards.size(), 1u);
+    for (TarEngine e : {TarEngine::kFast, TarEngine::kLibarchive}) {
+      TarReaderOptions ro;
+      ro.engine = e;
+      ReadOutcome r = ReadAll(out + "/" + m.shards[0].url, ro);
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      ASSERT_EQ(r.samples.size(), inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        EXPECT_EQ(r.samples[i].key, inputs[i].key);
+        auto want = inputs[i].fields;
+        std::sort(want.begin(), want.end());
+        EXPECT_EQ(r.samples[i].fields, want) << i;
+      }
+    }
+  }
+}
+
+TEST(ShardWriterTest, SameInputGivesSameBytesAndChecksums) {
+  TempDir dir;
+  auto inputs = MakeInputs(30, 2);
+  auto shuffled = inputs;
+  for (auto& in : shuffled) std::reverse(in.fields.begin(), in.fields.end());
+  for (ShardCompression c : {ShardCompression::kNone, ShardCompression::kZstd}) {
+    ShardWriterOptions o;
+    o.compression = c;
+    o.max_samples = 7;
+    std::string tag = std::to_string(static_cast<int>(c));
+    Manifest a = WriteAll(dir.Join("a" + tag), inputs, o);
+    Manifest b = WriteAll(dir.Join("b" + tag), shuffled, o);
+    EXPECT_EQ(FormatManifestJsonl(a), FormatManifestJsonl(b));
+    EXPECT_EQ(testing::ReadFile(dir.Join("a" + tag) + "/manifest.jsonl"),
+              testing::ReadFile(dir.Join("b" + tag) + "/manifest.jsonl"));
+    for (const auto& s : a.shards)
+      EXPECT_EQ(testing::ReadFile(dir.Join("a" + tag) + "/" + s.url),
+                testing::ReadFile(dir.Join("b" + tag) + "/" + s.url));
+  }
+}
+
+TEST(ShardWriterTest, RollsOverBySamplesAndBytesAndWritesManifest) {
+  TempDir dir;
+  auto inputs = MakeInputs(25, 3);
+  ShardWriterOptions o;
+  o.max_samples = 10;
+  Manifest m = WriteAll(dir.Join("n"), inputs, o);
+  ASSERT_EQ(m.shards.size(), 3u);
+  EXPECT_EQ(m.shards[0].url, "shard-000000.tar");
+  EXPECT_EQ(m.shards[2].url, "shard-000002.tar");
+  EXPECT_EQ(m.shards[0].nsamples, 10);
+  EXPECT_EQ(m.shards[2].nsamples, 5);
+
+  auto read = ReadManifest(dir.Join("n") + "/manifest.jsonl");
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->shards.size(), 3u);
+  int64_t total = 0;
+  for (const auto& s : read->shards) {
+    std::string bytes = testing::ReadFile(s.resolved);
+    EXPECT_EQ(s.size, static_cast<int64_t>(bytes.size()));
+    EXPECT_EQ(s.checksum, ChecksumOf(bytes));
+    EXPECT_EQ(s.checksum.rfind("xxh3_128:", 0), 0u);
+    ReadOutcome r = ReadAll(s.resolved);
+    ASSERT_TRUE(r.status.ok());
+    EXPECT_EQ(static_cast<int64_t>(r.samples.size()), s.nsamples);
+    total += s.nsamples;
+  }
+  EXPECT_EQ(total, 25);
+
+  ShardWriterOptions bytes_opt;
+  bytes_opt.max_bytes = 64 << 10;
+  bytes_opt.pattern = "data-%04d.tar";
+  Manifest mb = WriteAll(dir.Join("b"), inputs, bytes_opt);
+  ASSERT_GT(mb.shards.size(), 1u);
+  EXPECT_EQ(mb.shards[1].url, "data-0001.tar");
+  for (const auto& s : mb.shards) {
+    // Only a shard holding a single oversized sample may exceed the limit.
+    if (s.nsamples > 1) EXPECT_LE(s.size, 64 << 10) << s.url;
+  }
+}
+
+TEST(ShardWriterTest, GnuTarExtractsTheSameFiles) {
+  TempDir dir;
+  auto inputs = MakeInputs(6, 4);
+  Manifest m = WriteAll(dir.Join("out"), inputs);
+  std::string x = dir.Join("x");
+  std::string output;
+  ASSERT_EQ(testing::RunCommand("mkdir -p " + x + " && tar -xf " + dir.Join("out") + "/" +
+                                    m.shards[0].url + " -C " + x,
+                                &output),
+            0)
+      << output;
+  for (const auto& in : inputs)
+    for (const auto& [name, data] : in.fields)
+      EXPECT_EQ(testing::ReadFile(x + "/" + in.key + "." + name), data);
+  // bsdtar agrees on the listing.
+  ASSERT_EQ(testing::RunCommand("bsdtar -tf " + dir.Join("out") + "/" + m.shards[0].url, &output), 0);
+  EXPECT_NE(output.find(inputs[4].key + ".bin"), std::string::npos);
+}
+
+TEST(ShardWriterTest, ShardsAppearOnlyWhenCompleteAndAbortLeavesNothing) {
+  auto mem = NewMemorySource();
+  ShardWriterOptions o;
+  o.source = mem.get();
+  {
+    auto w = ShardWriter::Create("mem://ds", o);
+    ASSERT_TRUE(w.ok());
+    for (const auto& in : MakeInputs(3, 5)) ASSERT_TRUE((*w)->Write(ToSample(in)).ok());
+    EXPECT_EQ(mem->Stat("mem://ds/shard-000000.tar").status().code(), StatusCode::kNotFound);
+    // Destroyed without Close: nothing is published.
+  }
+  EXPECT_EQ(mem->Stat("mem://ds/shard-000000.tar").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(mem->Stat("mem://ds/manifest.jsonl").status().code(), StatusCode::kNotFound);
+  auto listing = mem->List("mem://ds");
+  if (listing.ok()) {
+    for (const auto& f : *listing) ADD_FAILURE() << "left behind: " << f.url;
+  }
+}
+
+TEST(ShardWriterTest, WritesSidecarIndexForOpenAt) {
+  TempDir dir;
+  auto inputs = MakeInputs(12, 6);
+  ShardWriterOptions o;
+  o.write_index = true;
+  Manifest m = WriteAll(dir.Join("o"), inputs, o);
+  std::string shard = dir.Join("o") + "/" + m.shards[0].url;
+  auto idx = ReadSampleIndex(shard);
+  ASSERT_TRUE(idx.ok()) << idx.status();
+  ReadOutcome all = ReadAll(shard);
+  ASSERT_EQ(idx->samples.size(), all.index.samples.size());
+  for (size_t i = 0; i < idx->samples.size(); ++i) {
+    EXPECT_EQ(idx->samples[i].offset, all.index.samples[i].offset);
+    EXPECT_EQ(idx->samples[i].length, all.index.samples[i].length);
+    EXPECT_EQ(idx->samples[i].key, all.index.samples[i].key);
+  }
+  auto r = TarReader::OpenAt(shard, 9);
+  ASSERT_TRUE(r.ok()) << r.status();
+  Sample s;
+  ASSERT_TRUE(*(*r)->Next(&s));
+  EXPECT_EQ(s.key, inputs[9].key);
+}
+
+TEST(ShardWriterTest, RejectsSamplesAReaderWouldSplitDifferently) {
+  TempDir dir;
+  auto w = ShardWriter::Create(dir.Join("o"));
+  ASSERT_TRUE(w.ok());
+  auto bad = [&](const std::string& key, const std::string& field) {
+    Sample s;
+    s.key = key;
+    Field f;
+    f.name = field;
+    f.data = "x";
+    s.fields.push_back(f);
+    Status st = (*w)->Write(s);
+    EXPECT_EQ(st.code(), StatusCode::kConfig) << key << " / " << field;
+  };
+  bad("a.b", "jpg");
+  bad("", "jpg");
+  bad("/abs", "jpg");
+  bad("x/../y", "jpg");
+  bad("ok", "");
+  bad("ok", "a/b");
+  Sample dup;
+  dup.key = "k";
+  dup.fields.resize(2);
+  dup.fields[0].name = dup.fields[1].name = "x";
+  EXPECT_EQ((*w)->Write(dup).code(), StatusCode::kConfig);
+  EXPECT_TRUE((*w)->Close().ok());
+}
+
+TEST(ShardWriterTest, PatternAndOptionValidation) {
+  EXPECT_EQ(*FormatShardName("shard-%06d.tar", 42), "shard-000042.tar");
+  EXPECT_EQ(*FormatShardName("%d.tar", 7), "7.tar");
+  EXPECT_EQ(*FormatShardName("100%%-%03d.tar", 7), "100%-007.tar");
+  EXPECT_FALSE(FormatShardName("shard.tar", 1).ok());
+  EXPECT_FALSE(FormatShardName("%d-%d.tar", 1).ok());
+  EXPECT_FALSE(FormatShardName("%s.tar", 1).ok());
+  EXPECT_FALSE(FormatShardName("a/%d.tar", 1).ok());
+  TempDir dir;
+  ShardWriterOptions o;
+  o.compression = ShardCompression::kGzip;
+  EXPECT_EQ(ShardWriter::Create(dir.Join("g"), o).status().code(), StatusCode::kConfig);
+  o = {};
+  o.pattern = "no-number.tar";
+  EXPECT_EQ(ShardWriter::Create(dir.Join("g"), o).status().code(), StatusCode::kConfig);
+}
+
+}  // namespace
+}  // namespace shardstream
