@@ -1,0 +1,148 @@
+// ShardCache internals shared by shard_cache.cc (opening, hits, eviction),
+// download.cc (the download pool) and shard_stream.cc (the reader side).
+#ifndef SHARDSTREAM_CACHE_CACHE_IMPL_H_
+#define SHARDSTREAM_CACHE_CACHE_IMPL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/cache_dir.h"
+#include "shardstream/shard_cache.h"
+
+namespace shardstream {
+
+namespace internal {
+
+// One download of one shard by this process, shared by the pool thread that
+// runs it and the readers in this process that stream it as it grows.
+struct Download {
+  ShardRef ref;
+  std::string key;
+  bool prefetch = false;
+  FileLock entry_lock;                        // exclusive, held until the end
+  std::unique_ptr<InputStream> first_stream;  // opened by Open(), used by attempt 1
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string temp_path;    // the current attempt's temporary ("" before one exists)
+  uint64_t generation = 0;  // bumped per attempt
+  uint64_t written = 0;     // bytes of the current attempt on disk
+  bool done = false;
+  bool uncached = false;    // gave up caching: readers continue from the source
+  Status status;            // final outcome when done
+};
+
+// What a reader reads from at a given moment.
+struct Attachment {
+  enum Kind { kFile, kGrowing, kSource } kind = kSource;
+  bool hit = false;
+  int fd = -1;                          // kFile, kGrowing (foreign): owned
+  FileLock pin;                         // kFile: shared lock on the entry
+  uint64_t size = 0;                    // kFile: entry size
+  std::shared_ptr<Download> download;   // kGrowing in this process
+  std::unique_ptr<InputStream> stream;  // kSource
+  Attachment() = default;
+  Attachment(Attachment&& o) noexcept;
+  Attachment& operator=(Attachment&& o) noexcept;
+  ~Attachment();
+};
+
+}  // namespace internal
+
+class ShardCache::Impl {
+ public:
+  explicit Impl(ShardCacheOptions options);
+  ~Impl();
+
+  // Where a reader at byte `pos` of `ref` should read from now. May start a
+  // download (count_open: statistics of an Open rather than a reattach).
+  Result<internal::Attachment> Acquire(const ShardRef& ref, uint64_t pos, bool count_open);
+  // A stream from the source itself at `pos` (no caching).
+  Result<internal::Attachment> FromSource(const ShardRef& ref, uint64_t pos);
+
+  // Pool.
+  void EnqueueDownload(std::shared_ptr<internal::Download> d);
+  void Prefetch(const std::vector<ShardRef>& upcoming);
+  void WaitIdle();
+  void Stop();
+  bool stopping() const { return stopping_.load(); }
+
+  // Evicts down to `bytes`, and by at least `free_at_least` bytes (a full
+  // disk) where entries not in use allow. Returns the usage left.
+  Result<uint64_t> EvictTo(uint64_t bytes, uint64_t free_at_least = 0);
+
+  void CountSourceBytes(const std::string& url, uint64_t n);
+  template <typename F>
+  void UpdateStats(F f) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    f(stats_);
+  }
+  CacheStats stats() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return stats_;
+  }
+
+  const ShardCacheOptions opts;
+
+ private:
+  // Opens the complete entry of `key` if present and consistent with `ref`.
+  bool OpenEntry(const std::string& key, const ShardRef& ref, int* fd, uint64_t* size);
+  std::shared_ptr<internal::Download> ActiveDownload(const std::string& key);
+  bool CachingSuspended();
+
+  // download.cc
+  void WorkerLoop();
+  void PrefetchOne(const ShardRef& ref);
+  void RunDownload(internal::Download& d);
+  // Reserves room for `size` bytes and creates the temporary. Returns false
+  // in *fits when the shard cannot be cached now (too large, all pinned).
+  Result<std::unique_ptr<WritableFile>> Reserve(const std::string& key, int64_t size,
+                                                std::string* temp, bool* fits);
+  Status Publish(internal::Download& d, WritableFile& file, const std::string& temp,
+                 const std::string& checksum, uint64_t size);
+  void OnNoSpace(const Status& s, bool give_up, uint64_t need);
+  // Any other write failure in the cache directory: stream uncached a while.
+  void OnCacheError(const Status& s);
+  void FinishDownload(internal::Download& d, Status status, bool uncached);
+
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex stats_mu_;
+  CacheStats stats_;
+
+  std::mutex mu_;  // guards everything below
+  std::condition_variable work_cv_;
+  std::condition_variable idle_cv_;
+  std::map<std::string, std::weak_ptr<internal::Download>> active_;
+  std::deque<std::shared_ptr<internal::Download>> reader_queue_;
+  std::deque<ShardRef> prefetch_queue_;
+  std::vector<std::thread> threads_;
+  int idle_threads_ = 0;
+  int running_prefetch_ = 0;
+  int running_ = 0;
+  std::chrono::steady_clock::time_point suspended_until_{};
+  bool warned_nospace_ = false;
+  bool warned_error_ = false;
+
+  friend class ShardCache;
+};
+
+namespace internal {
+// shard_stream.cc
+std::unique_ptr<CachedShard> NewShardStream(std::shared_ptr<ShardCache::Impl> impl,
+                                            const ShardRef& ref, Attachment att);
+Result<std::unique_ptr<RandomAccessFile>> OpenPinnedRandomAccess(
+    std::shared_ptr<ShardCache::Impl> impl, const ShardRef& ref);
+}  // namespace internal
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_CACHE_CACHE_IMPL_H_

@@ -1,0 +1,313 @@
+// The reader side of the cache: a stream that reads a complete entry, a
+// temporary while it grows (written by this process or another one), or the
+// source itself, switching between them at the same byte position, and that
+// verifies the bytes it delivers against the manifest before the last one.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "cache/cache_impl.h"
+#include "shardstream/checksum.h"
+#include "shardstream/url.h"
+
+namespace shardstream::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often a reader of another process's download checks whether that
+// process is still alive (its lock is free once it is gone).
+constexpr auto kOwnerProbe = std::chrono::milliseconds(100);
+
+Result<size_t> PRead(int fd, uint64_t pos, size_t n, void* out, const std::string& url) {
+  while (true) {
+    ssize_t r = ::pread(fd, out, n, static_cast<off_t>(pos));
+    if (r >= 0) return static_cast<size_t>(r);
+    if (errno != EINTR) {
+      Status s = Status::FromErrno(errno, "read cached " + url);
+      return Status(s.code(), s.message(), url, static_cast<int64_t>(pos));
+    }
+  }
+}
+
+bool SameFile(int fd, const std::string& path) {
+  struct stat a, b;
+  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
+         a.st_dev == b.st_dev;
+}
+
+class ShardStream final : public CachedShard {
+ public:
+  ShardStream(std::shared_ptr<ShardCache::Impl> impl, const ShardRef& ref, Attachment att)
+      : impl_(std::move(impl)), ref_(ref), redacted_(RedactUrl(ref.url)), att_(std::move(att)) {
+    hit_ = att_.kind == Attachment::kFile && att_.hit;
+    if (!ref_.checksum.empty() && (!hit_ || impl_->opts.verify_hits)) {
+      auto algorithm = ParseChecksum(ref_.checksum);
+      if (algorithm.ok()) hasher_ = std::move(Hasher::Create(*algorithm).value());
+    }
+  }
+
+  const std::string& url() const override { return redacted_; }
+  uint64_t position() const override { return pos_; }
+  std::optional<uint64_t> size() const override {
+    if (ref_.size >= 0) return static_cast<uint64_t>(ref_.size);
+    if (att_.kind == Attachment::kFile) return att_.size;
+    return std::nullopt;
+  }
+  bool hit() const override { return hit_; }
+  // Waits are sliced (<= 50 ms), so a flag is enough.
+  void Cancel() override { cancelled_ = true; }
+
+  Result<size_t> Read(size_t n, void* out) override {
+    if (cancelled_) return Cancelled();
+    if (eof_) return size_t{0};
+    if (ref_.size >= 0) n = std::min<uint64_t>(n, static_cast<uint64_t>(ref_.size) - pos_);
+    if (n == 0 && ref_.size >= 0) {
+      eof_ = true;
+      return size_t{0};
+    }
+    size_t got;
+    while (true) {
+      bool reattach = false;
+      SHARDSTREAM_ASSIGN_OR_RETURN(got, ReadBackend(n, out, &reattach));
+      if (!reattach) break;
+      SHARDSTREAM_ASSIGN_OR_RETURN(att_, impl_->Acquire(ref_, pos_, false));
+    }
+    if (got == 0) {
+      if (ref_.size >= 0 && pos_ < static_cast<uint64_t>(ref_.size)) {
+        return Status(StatusCode::kChecksum,
+                      "truncated: " + redacted_ + " ended at byte " + std::to_string(pos_) +
+                          ", the manifest says " + std::to_string(ref_.size) + " bytes",
+                      redacted_, static_cast<int64_t>(pos_));
+      }
+      SHARDSTREAM_RETURN_IF_ERROR(Verify());
+      eof_ = true;
+      return size_t{0};
+    }
+    if (hasher_) hasher_->Update(out, got);
+    pos_ += got;
+    // The last byte is handed out only once everything read is verified.
+    if (ref_.size >= 0 && pos_ == static_cast<uint64_t>(ref_.size)) SHARDSTREAM_RETURN_IF_ERROR(Verify());
+    return got;
+  }
+
+ private:
+  Status Cancelled() const { return Status(StatusCode::kCancelled, "reading " + redacted_ + " was cancelled", redacted_); }
+
+  Status Verify() {
+    if (!hasher_ || verified_) return Status::OK();
+    verified_ = true;
+    std::string actual = hasher_->Finish();
+    if (actual == ref_.checksum) return Status::OK();
+    return Status(StatusCode::kChecksum,
+                  "checksum mismatch for " + redacted_ + ": expected " + ref_.checksum + ", got " +
+                      actual + " over " + std::to_string(pos_) +
+                      " bytes read (the download is retried; open the shard again)",
+                  redacted_, 0);
+  }
+
+  Result<size_t> ReadBackend(size_t n, void* out, bool* reattach) {
+    switch (att_.kind) {
+      case Attachment::kFile: {
+        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, PRead(att_.fd, pos_, n, out, redacted_));
+        impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
+        return got;
+      }
+      case Attachment::kSource: {
+        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, att_.stream->Read(n, out));
+        impl_->CountSourceBytes(ref_.url, got);
+        return got;
+      }
+      case Attachment::kGrowing:
+        return att_.download ? ReadOwnDownload(n, out, reattach) : ReadForeign(n, out, reattach);
+    }
+    return size_t{0};
+  }
+
+  // A download run by this process: wait on its condition variable.
+  Result<size_t> ReadOwnDownload(size_t n, void* out, bool* reattach) {
+    Download& d = *att_.download;
+    std::unique_lock<std::mutex> lock(d.mu);
+    auto last_progress = Clock::now();
+    uint64_t last_written = d.written;
+    while (true) {
+      if (cancelled_ || impl_->stopping()) return Cancelled();
+      if (d.generation != generation_ && !d.temp_path.empty()) {
+        // A new attempt (or the first): read its temporary from our position.
+        int fd = ::open(d.temp_path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+          if (att_.fd >= 0) ::close(att_.fd);
+          att_.fd = fd;
+          generation_ = d.generation;
+        }
+      }
+      if (att_.fd >= 0 && generation_ == d.generation && d.written > pos_) {
+        size_t want = std::min<uint64_t>(n, d.written - pos_);
+        int fd = att_.fd;
+        lock.unlock();
+        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, PRead(fd, pos_, want, out, redacted_));
+        impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
+        return got;
+      }
+      if (d.done) {
+        if (d.uncached) {
+          lock.unlock();
+          SHARDSTREAM_ASSIGN_OR_RETURN(att_, impl_->FromSource(ref_, pos_));
+          *reattach = false;
+          return ReadBackend(n, out, reattach);
+        }
+        if (!d.status.ok()) return d.status;
+        if (generation_ == d.generation && pos_ >= d.written) return size_t{0};  // all read
+        *reattach = true;  // published before we caught up: read the entry
+        return size_t{0};
+      }
+      d.cv.wait_for(lock, std::chrono::milliseconds(50));
+      if (d.written != last_written) {
+        last_written = d.written;
+        last_progress = Clock::now();
+      } else if (Clock::now() - last_progress > impl_->opts.stall_timeout) {
+        return Stalled();
+      }
+    }
+  }
+
+  // Another process's download: poll the temporary's size; it is complete
+  // when the entry's name points at the same file.
+  Result<size_t> ReadForeign(size_t n, void* out, bool* reattach) {
+    const std::string& dir = impl_->opts.dir;
+    const std::string key = CacheKey(ref_.url);
+    auto last_progress = Clock::now();
+    auto next_probe = Clock::now() + kOwnerProbe;
+    uint64_t last_size = 0;
+    auto sleep = std::chrono::microseconds(100);
+    while (true) {
+      if (cancelled_ || impl_->stopping()) return Cancelled();
+      struct stat st;
+      if (::fstat(att_.fd, &st) != 0) return Status::FromErrno(errno, "stat cached " + redacted_);
+      uint64_t size = static_cast<uint64_t>(st.st_size);
+      if (size > pos_) {
+        SHARDSTREAM_ASSIGN_OR_RETURN(
+            size_t got, PRead(att_.fd, pos_, std::min<uint64_t>(n, size - pos_), out, redacted_));
+        impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
+        return got;
+      }
+      if (SameFile(att_.fd, EntryPath(dir, key))) return size_t{0};  // published
+      if (st.st_nlink == 0) {  // that attempt was discarded
+        *reattach = true;
+        return size_t{0};
+      }
+      auto now = Clock::now();
+      if (now >= next_probe) {
+        next_probe = now + kOwnerProbe;
+        auto probe = LockFile(LockPath(dir, key), false, false, /*create=*/false);
+        if (!probe.ok() || probe->held()) {
+          // The writer released the entry: published, or it died.
+          if (SameFile(att_.fd, EntryPath(dir, key))) continue;
+          *reattach = true;
+          return size_t{0};
+        }
+      }
+      if (size != last_size) {
+        last_size = size;
+        last_progress = now;
+        sleep = std::chrono::microseconds(100);
+      } else if (now - last_progress > impl_->opts.stall_timeout) {
+        return Stalled();
+      }
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
+    }
+  }
+
+  Status Stalled() const {
+    return Status(StatusCode::kUnavailable,
+                  "download of " + redacted_ + " stalled at byte " + std::to_string(pos_) +
+                      " for " + std::to_string(impl_->opts.stall_timeout.count()) + " ms",
+                  redacted_, static_cast<int64_t>(pos_));
+  }
+
+  std::shared_ptr<ShardCache::Impl> impl_;
+  const ShardRef ref_;
+  const std::string redacted_;
+  Attachment att_;
+  uint64_t generation_ = 0;
+  uint64_t pos_ = 0;
+  bool hit_ = false;
+  bool eof_ = false;
+  bool verified_ = false;
+  std::unique_ptr<Hasher> hasher_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// A complete entry, pinned for as long as the file is open.
+class PinnedFile final : public RandomAccessFile {
+ public:
+  PinnedFile(std::shared_ptr<ShardCache::Impl> impl, std::string url, Attachment att)
+      : impl_(std::move(impl)), url_(std::move(url)), att_(std::move(att)) {}
+  const std::string& url() const override { return url_; }
+  Result<uint64_t> Size() override { return att_.size; }
+  Result<size_t> ReadAt(uint64_t offset, size_t n, void* out) override {
+    size_t done = 0;
+    char* dst = static_cast<char*>(out);
+    while (done < n) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, PRead(att_.fd, offset + done, n - done, dst + done, url_));
+      if (got == 0) break;
+      done += got;
+    }
+    impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += done; });
+    return done;
+  }
+
+ private:
+  std::shared_ptr<ShardCache::Impl> impl_;
+  std::string url_;
+  Attachment att_;
+};
+
+}  // namespace
+
+std::unique_ptr<CachedShard> NewShardStream(std::shared_ptr<ShardCache::Impl> impl,
+                                            const ShardRef& ref, Attachment att) {
+  return std::make_unique<ShardStream>(std::move(impl), ref, std::move(att));
+}
+
+Result<std::unique_ptr<RandomAccessFile>> OpenPinnedRandomAccess(
+    std::shared_ptr<ShardCache::Impl> impl, const ShardRef& ref) {
+  const std::string redacted = RedactUrl(ref.url);
+  bool first = true;
+  auto last_progress = Clock::now();
+  uint64_t last_size = 0;
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(Attachment att, impl->Acquire(ref, 0, first));
+    first = false;
+    switch (att.kind) {
+      case Attachment::kFile:
+        return std::unique_ptr<RandomAccessFile>(new PinnedFile(impl, redacted, std::move(att)));
+      case Attachment::kSource:
+        return impl->opts.source->OpenRandomAccess(ref.url);
+      case Attachment::kGrowing:
+        break;
+    }
+    if (auto d = att.download) {
+      std::unique_lock<std::mutex> lock(d->mu);
+      d->cv.wait(lock, [&] { return d->done || impl->stopping(); });
+      if (impl->stopping()) return Status::Cancelled("shard cache is shutting down");
+      if (d->uncached) return impl->opts.source->OpenRandomAccess(ref.url);
+      if (!d->status.ok()) return d->status;
+      continue;
+    }
+    struct stat st;
+    if (::fstat(att.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) != last_size) {
+      last_size = static_cast<uint64_t>(st.st_size);
+      last_progress = Clock::now();
+    } else if (Clock::now() - last_progress > impl->opts.stall_timeout) {
+      return Status(StatusCode::kUnavailable, "download of " + redacted + " stalled", redacted);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace shardstream::internal

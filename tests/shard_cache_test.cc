@@ -1,0 +1,492 @@
+// ShardCache in one process: hits and misses, verification and retries,
+// stream-through, prefetch, eviction, restart, modes and a full disk.
+#include "shardstream/shard_cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <thread>
+
+#include "shardstream/url.h"
+#include "support/cache_fixture.h"
+
+namespace shardstream::testing {
+namespace {
+
+using ShardCacheTest = CacheTestBase;
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+TEST_F(ShardCacheTest, MissThenHitServesIdenticalBytes) {
+  auto refs = MakeShards(3, 300000);
+  auto cache = NewCache(Options(10 << 20));
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < refs.size(); ++i) {
+      auto data = ReadThroughCache(*cache, refs[i]);
+      ASSERT_TRUE(data.ok()) << data.status();
+      EXPECT_EQ(*data, contents_[i]);
+    }
+    cache->WaitIdle();
+  }
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.misses, 3u);
+  EXPECT_EQ(s.hits, 3u);
+  EXPECT_EQ(s.downloads, 3u);
+  EXPECT_EQ(s.bytes_from_source, 900000u);
+  EXPECT_EQ(s.source_bytes_by_scheme["http"], 900000u);
+  EXPECT_EQ(TotalFetches(), 3);
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 3u);
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+}
+
+TEST_F(ShardCacheTest, ChecksumMismatchIsDiscardedAndRetried) {
+  auto refs = MakeShards(1, 200000);
+  knobs_->corrupt_fetches = 1;
+  auto cache = NewCache(Options(10 << 20));
+  cache->Prefetch({refs[0]});
+  cache->WaitIdle();
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.checksum_failures, 1u);
+  EXPECT_EQ(s.retries, 1u);
+  EXPECT_EQ(TotalFetches(), 2);
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_TRUE((*shard)->hit());
+  auto data = ReadAll(**shard);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[0]);
+}
+
+TEST_F(ShardCacheTest, PersistentMismatchGivesChecksumErrorAfterRetries) {
+  auto refs = MakeShards(1, 200000);
+  knobs_->corrupt_fetches = 1000;
+  auto options = Options(10 << 20);
+  options.max_attempts = 3;
+  auto cache = NewCache(options);
+  auto file = cache->OpenRandomAccess(refs[0]);
+  ASSERT_FALSE(file.ok());
+  const Status& st = file.status();
+  EXPECT_EQ(st.code(), StatusCode::kChecksum) << st;
+  EXPECT_NE(st.message().find("example.invalid/data/shard-000.tar"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("expected " + refs[0].checksum), std::string::npos) << st;
+  EXPECT_NE(st.message().find("got xxh3_128:"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("after 3 attempt"), std::string::npos) << st;
+  EXPECT_EQ(st.ToString().find("secret"), std::string::npos) << st;
+  EXPECT_EQ(TotalFetches(), 3);
+  EXPECT_EQ(cache->stats().retries, 2u);
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+
+  // A streaming reader never gets the last byte of wrong data.
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  auto data = ReadAll(**shard);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kChecksum) << data.status();
+  EXPECT_EQ(data.status().ToString().find("secret"), std::string::npos);
+}
+
+TEST_F(ShardCacheTest, WrongManifestSizeIsAnError) {
+  auto refs = MakeShards(1, 100000);
+  ShardRef ref(refs[0].url, 100001);
+  auto cache = NewCache(Options(10 << 20));
+  auto data = ReadThroughCache(*cache, ref);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kChecksum) << data.status();
+  EXPECT_EQ(data.status().offset(), 100000) << data.status();
+  cache->WaitIdle();
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+}
+
+TEST_F(ShardCacheTest, StreamThroughDeliversFirstBytesBeforeDownloadEnds) {
+  auto refs = MakeShards(1, 4 << 20);
+  knobs_->gate_after = 256 << 10;  // the source stalls after 256 KiB until the gate opens
+  auto cache = NewCache(Options(64 << 20));
+  auto start = std::chrono::steady_clock::now();
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::string head(100000, '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    auto n = (*shard)->Read(head.size() - got, head.data() + got);
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_GT(*n, 0u);
+    got += *n;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(head, contents_[0].substr(0, head.size()));
+  // The download is still running: no entry yet, one temporary.
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".tmp").size(), 1u);
+  EXPECT_FALSE((*shard)->hit());
+
+  WriteFile(knobs_->gate_file, "");
+  auto rest = ReadAll(**shard);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(head + *rest, contents_[0]);
+  cache->WaitIdle();
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 1u);
+  EXPECT_EQ(TotalFetches(), 1);
+}
+
+TEST_F(ShardCacheTest, ConcurrentOpensInOneProcessFetchOnce) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->delay_us = 500;
+  knobs_->max_read = 32 << 10;
+  auto cache = NewCache(Options(64 << 20));
+  std::vector<std::thread> threads;
+  std::vector<std::string> results(6);
+  for (size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto data = ReadThroughCache(*cache, refs[0]);
+      results[i] = data.ok() ? *data : data.status().ToString();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) EXPECT_TRUE(r == contents_[0]) << r.substr(0, 200);
+  EXPECT_EQ(TotalFetches(), 1);
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.misses + s.joined + s.hits, 6u);
+}
+
+TEST_F(ShardCacheTest, PrefetchDownloadsTheLookaheadOnly) {
+  auto refs = MakeShards(6, 100000);
+  auto options = Options(10 << 20);
+  options.prefetch_lookahead = 3;
+  options.download_threads = 3;
+  auto cache = NewCache(options);
+  cache->Prefetch(refs);
+  cache->WaitIdle();
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 3u);
+  EXPECT_EQ(cache->stats().prefetches, 3u);
+  for (int i = 0; i < 3; ++i) {
+    auto shard = cache->Open(refs[i]);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_TRUE((*shard)->hit());
+  }
+  // Moving on: the next window is fetched; cached ones are not fetched again.
+  cache->Prefetch(std::vector<ShardRef>(refs.begin() + 2, refs.end()));
+  cache->WaitIdle();
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 5u);
+  EXPECT_EQ(TotalFetches(), 5);
+}
+
+TEST_F(ShardCacheTest, DestructionStopsADownloadPromptly) {
+  auto refs = MakeShards(1, 8 << 20);
+  knobs_->delay_us = 20000;
+  knobs_->max_read = 64 << 10;  // ~2.6 s for the whole shard
+  auto cache = NewCache(Options(64 << 20));
+  cache->Prefetch(refs);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto start = std::chrono::steady_clock::now();
+  cache.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+}
+
+int ThreadCount() {
+  std::string status = ReadFile("/proc/self/status");
+  return std::atoi(status.c_str() + status.find("Threads:") + 8);
+}
+
+TEST_F(ShardCacheTest, NoThreadBeforeFirstDownload) {
+  auto refs = MakeShards(1, 1000);
+  int before = ThreadCount();  // sanitizers may run threads of their own
+  auto cache = NewCache(Options(1 << 20));
+  EXPECT_EQ(ThreadCount(), before);
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());  // a hit would not start one either
+  EXPECT_GT(ThreadCount(), before);
+  cache.reset();
+  EXPECT_EQ(ThreadCount(), before);
+}
+
+TEST_F(ShardCacheTest, EvictsLeastRecentlyUsedToLowWatermark) {
+  auto refs = MakeShards(5, 1 << 20);
+  auto options = Options(4 << 20);
+  options.low_watermark = 0.5;
+  auto cache = NewCache(options);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(ReadThroughCache(*cache, refs[i]).ok());
+    cache->WaitIdle();
+  }
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[1]).ok());  // 1 becomes most recent
+  auto data = ReadThroughCache(*cache, refs[4]);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[4]);
+  cache->WaitIdle();
+  // 4 MiB + 1 MiB > limit: down to 2 MiB including the new one: 0, 2, 3 go.
+  auto entries = FilesWithSuffix(cache_dir(), ".shard");
+  std::vector<std::string> expected = {CacheKey(refs[1].url) + ".shard",
+                                       CacheKey(refs[4].url) + ".shard"};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(entries, expected);
+  EXPECT_EQ(cache->stats().evictions, 3u);
+  EXPECT_LE(CacheBytesOnDisk(cache_dir()), 4u << 20);
+}
+
+TEST_F(ShardCacheTest, OpenEntryIsNotEvicted) {
+  auto refs = MakeShards(4, 1 << 20);
+  auto cache = NewCache(Options(2 << 20));
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());
+  cache->WaitIdle();
+  auto pinned = cache->Open(refs[0]);
+  ASSERT_TRUE(pinned.ok());
+  ASSERT_TRUE((*pinned)->hit());
+  for (int i = 1; i < 4; ++i) {
+    auto data = ReadThroughCache(*cache, refs[i]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[i]);
+    cache->WaitIdle();
+    EXPECT_TRUE(Exists(cache_dir() + "/" + CacheKey(refs[0].url) + ".shard"));
+    EXPECT_LE(CacheBytesOnDisk(cache_dir()), 2u << 20);
+  }
+  auto data = ReadAll(**pinned);
+  ASSERT_TRUE(data.ok());
+  EXPECT_EQ(*data, contents_[0]);
+  pinned->reset();
+  EXPECT_TRUE(cache->Evict(refs[0].url).ok());
+  EXPECT_EQ(cache->Evict(refs[0].url).code(), StatusCode::kNotFound);
+}
+
+TEST_F(ShardCacheTest, RestartRebuildsStateFromTheDirectory) {
+  auto refs = MakeShards(3, 500000);
+  {
+    auto cache = NewCache(Options(10 << 20));
+    for (const auto& r : refs) ASSERT_TRUE(ReadThroughCache(*cache, r).ok());
+    cache->WaitIdle();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto cache = NewCache(Options(10 << 20));
+  // Shard 0 is used again: it becomes the most recent.
+  auto data = ReadThroughCache(*cache, refs[0]);
+  ASSERT_TRUE(data.ok());
+  EXPECT_EQ(*data, contents_[0]);
+  EXPECT_EQ(cache->stats().hits, 1u);
+  EXPECT_EQ(TotalFetches(), 3);
+  auto left = cache->EvictTo(1000000);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 1000000u);
+  auto entries = FilesWithSuffix(cache_dir(), ".shard");
+  std::vector<std::string> expected = {CacheKey(refs[0].url) + ".shard",
+                                       CacheKey(refs[2].url) + ".shard"};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(entries, expected);
+  auto list = ListCacheEntries(cache_dir());
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ(list->back().url, RedactUrl(refs[0].url));  // most recent last
+  EXPECT_EQ(list->back().checksum, refs[0].checksum);
+}
+
+TEST_F(ShardCacheTest, ReadOnlyModeNeverWrites) {
+  auto refs = MakeShards(2, 200000);
+  {
+    auto cache = NewCache(Options(10 << 20));
+    ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());
+    cache->WaitIdle();
+  }
+  auto before = FilesWithSuffix(cache_dir(), "");
+  auto options = Options(0);
+  options.mode = CacheMode::kReadOnly;
+  auto cache = NewCache(options);
+  for (int i = 0; i < 2; ++i) {
+    auto data = ReadThroughCache(*cache, refs[i]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[i]);
+  }
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.uncached, 1u);
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ""), before);
+  EXPECT_EQ(cache->EvictTo(0).status().code(), StatusCode::kConfig);
+}
+
+TEST_F(ShardCacheTest, OffModeStreamsOnly) {
+  auto refs = MakeShards(2, 200000);
+  ShardCacheOptions options;
+  options.mode = CacheMode::kOff;
+  options.source = source_;
+  options.dir = cache_dir();
+  auto cache = NewCache(options);
+  for (int round = 0; round < 2; ++round) {
+    auto data = ReadThroughCache(*cache, refs[1]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[1]);
+  }
+  EXPECT_FALSE(Exists(cache_dir()));
+  EXPECT_EQ(TotalFetches(), 2);
+  EXPECT_EQ(cache->stats().uncached, 2u);
+}
+
+TEST_F(ShardCacheTest, DiskFullEvictsAndRetries) {
+  auto refs = MakeShards(2, 1 << 20);
+  auto disk = std::make_shared<SmallDiskFs>((3 << 20) / 2);  // room for 1.5 shards
+  auto options = Options(100 << 20);                          // the limit is not the problem
+  options.fs = disk;
+  auto cache = NewCache(options);
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());
+  cache->WaitIdle();
+  auto data = ReadThroughCache(*cache, refs[1]);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[1]);
+  cache->WaitIdle();
+  EXPECT_GE(disk->nospace_errors.load(), 1);
+  EXPECT_EQ(cache->stats().nospace_events, 1u);
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard"),
+            std::vector<std::string>{CacheKey(refs[1].url) + ".shard"});
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+}
+
+TEST_F(ShardCacheTest, DiskStillFullStreamsWithoutCaching) {
+  auto refs = MakeShards(2, 1 << 20);
+  auto disk = std::make_shared<SmallDiskFs>(300 << 10);
+  auto options = Options(100 << 20);
+  options.fs = disk;
+  auto cache = NewCache(options);
+  for (int i = 0; i < 2; ++i) {
+    auto data = ReadThroughCache(*cache, refs[i]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[i]);
+    cache->WaitIdle();
+  }
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.nospace_events, 2u);  // write, evict, retry, give up
+  EXPECT_EQ(s.uncached, 1u);        // the second shard no longer tries
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+}
+
+// A cache disk whose writes fail with EIO.
+class BrokenDiskFs final : public SourceWrapper {
+ public:
+  BrokenDiskFs() : SourceWrapper(LocalSource()) {}
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override {
+    if (url.find(".tmp") != std::string::npos && url.find(".meta.") == std::string::npos)
+      return Status::FromErrno(EIO, "create " + url);
+    return SourceWrapper::NewWritableFile(url);
+  }
+};
+
+TEST_F(ShardCacheTest, FailingCacheDiskStreamsWithoutCaching) {
+  auto refs = MakeShards(2, 300000);
+  auto options = Options(10 << 20);
+  options.fs = std::make_shared<BrokenDiskFs>();
+  auto cache = NewCache(options);
+  for (int i = 0; i < 2; ++i) {
+    auto data = ReadThroughCache(*cache, refs[i]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[i]);
+    cache->WaitIdle();
+  }
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_EQ(cache->stats().uncached, 1u);  // the second one does not try the disk again
+}
+
+TEST_F(ShardCacheTest, StaleEntryIsReplacedWhenTheManifestChanges) {
+  auto refs = MakeShards(1, 100000);
+  auto cache = NewCache(Options(10 << 20));
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());
+  cache->WaitIdle();
+  std::string v2(100000, 'x');
+  WriteFile(knobs_->local_dir + "/shard-000.tar", v2);
+  auto data = ReadThroughCache(*cache, ShardRef(refs[0].url, 100000, ChecksumOf(v2)));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, v2);
+  cache->WaitIdle();
+  auto again = cache->Open(ShardRef(refs[0].url, 100000, ChecksumOf(v2)));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)->hit());
+}
+
+TEST_F(ShardCacheTest, UnknownSizeAndChecksumWork) {
+  MakeShards(1, 150000);
+  ShardRef bare(std::string(kRemotePrefix) + "shard-000.tar");
+  auto cache = NewCache(Options(10 << 20));
+  for (int round = 0; round < 2; ++round) {
+    auto data = ReadThroughCache(*cache, bare);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(*data, contents_[0]);
+    cache->WaitIdle();
+  }
+  EXPECT_EQ(cache->stats().hits, 1u);
+  auto file = cache->OpenRandomAccess(bare);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*(*file)->Size(), 150000u);
+  std::string buf(10, '\0');
+  ASSERT_EQ(*(*file)->ReadAt(1000, 10, buf.data()), 10u);
+  EXPECT_EQ(buf, contents_[0].substr(1000, 10));
+}
+
+TEST_F(ShardCacheTest, MissingShardIsNotFoundFromOpen) {
+  auto cache = NewCache(Options(10 << 20));
+  auto shard = cache->Open(ShardRef(std::string(kRemotePrefix) + "nope.tar", 10));
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), StatusCode::kNotFound) << shard.status();
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+}
+
+TEST_F(ShardCacheTest, StalledDownloadTimesOut) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->gate_after = 100000;
+  auto options = Options(10 << 20);
+  options.stall_timeout = std::chrono::milliseconds(300);
+  auto cache = NewCache(options);
+  auto data = ReadThroughCache(*cache, refs[0]);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kUnavailable) << data.status();
+  EXPECT_EQ(data.status().offset(), 100000) << data.status();
+  WriteFile(knobs_->gate_file, "");  // let the download thread finish
+}
+
+TEST_F(ShardCacheTest, CancelWakesABlockedReader) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->gate_after = 100000;
+  auto cache = NewCache(Options(10 << 20));
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (*shard)->Cancel();
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto data = ReadAll(**shard);
+  canceller.join();
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kCancelled) << data.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  WriteFile(knobs_->gate_file, "");
+}
+
+TEST_F(ShardCacheTest, ReaderOutlivingTheCacheGetsCancelled) {
+  auto refs = MakeShards(1, 1 << 20);
+  knobs_->delay_us = 20000;
+  knobs_->max_read = 64 << 10;
+  auto cache = NewCache(Options(10 << 20));
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  cache.reset();
+  auto data = ReadAll(**shard);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kCancelled) << data.status();
+}
+
+TEST_F(ShardCacheTest, InvalidOptionsAreConfigErrors) {
+  ShardCacheOptions o;
+  o.limit_bytes = 1;
+  EXPECT_EQ(ShardCache::Create(o).status().code(), StatusCode::kConfig);
+  o.dir = cache_dir();
+  o.limit_bytes = 0;
+  EXPECT_EQ(ShardCache::Create(o).status().code(), StatusCode::kConfig);
+  o.limit_bytes = 1;
+  o.low_watermark = 1.5;
+  EXPECT_EQ(ShardCache::Create(o).status().code(), StatusCode::kConfig);
+}
+
+}  // namespace
+}  // namespace shardstream::testing
