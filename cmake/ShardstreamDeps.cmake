@@ -17,6 +17,7 @@ _ss_pkg(archive libarchive)
 _ss_pkg(zstd libzstd)
 _ss_pkg(xxhash libxxhash)
 _ss_pkg(curl libcurl)
+_ss_pkg(crypto libcrypto)  # SHA-256/HMAC for AWS SigV4
 
 if(NOT TARGET ss_dep::json)
   find_package(nlohmann_json 3 REQUIRED)

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "shardstream/url.h"
+#include "sources/builtin_sources.h"
 
 namespace shardstream {
 
@@ -161,6 +162,8 @@ Router& GlobalRouter() {
     auto* r = new Router();
     r->Register("file", LocalSource());
     r->Register("mem", NewMemorySource());
+    internal::RegisterBuiltinSources(
+        [r](const std::string& s, std::shared_ptr<Source> src) { r->Register(s, std::move(src)); });
     return r;
   }();
   return *router;

@@ -1,0 +1,81 @@
+// HttpClient: requests with retries, and resumable streaming GETs, over the
+// curl transfers of curl_transfer.h. Used by HttpSource and the S3 client.
+//
+// Retry policy (HttpOptions): connection errors, resets, stalls, 408, 429 and
+// 5xx are retried with full-jitter exponential backoff or the server's
+// Retry-After; anything else is final. Streams resume from the last byte
+// handed to the reader with Range + If-Match.
+//
+// Thread-safety: Send and OpenStream may be called concurrently; the
+// connection pool is shared. A stream is used by one thread at a time.
+#ifndef SHARDSTREAM_HTTP_HTTP_CLIENT_H_
+#define SHARDSTREAM_HTTP_HTTP_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "http/http_request.h"
+#include "shardstream/export.h"
+#include "shardstream/http_source.h"
+#include "shardstream/result.h"
+#include "shardstream/source.h"
+
+namespace shardstream::internal {
+
+class CurlConnectionPool;
+
+struct StreamRequest {
+  // The url followed by its mirrors, tried in turn.
+  std::vector<std::string> urls;
+  uint64_t offset = 0;
+  std::optional<uint64_t> expected_size;
+  HeaderList headers;
+  RequestSigner sign;  // may be empty
+  std::shared_ptr<const std::atomic<bool>> cancel;  // may be empty
+  // Maps a final HTTP error to a Status (S3 parses its XML error body);
+  // default HttpStatusError.
+  std::function<Status(const HttpResponse&, const std::string& url, int64_t offset)> error;
+};
+
+class SHARDSTREAM_EXPORT HttpClient {
+ public:
+  explicit HttpClient(HttpOptions options);
+  ~HttpClient();
+
+  const HttpOptions& options() const { return shared_->options; }
+
+  // Sends `request` (signing each attempt with `sign` when given), retrying
+  // transient failures. Returns the final response for any status that is
+  // not retried; kUnavailable once retries are exhausted (the message names
+  // the last failure); kCorrupt for a body above max_body bytes.
+  Result<HttpResponse> Send(const HttpRequest& request, const RequestSigner& sign = {},
+                            uint64_t max_body = uint64_t{64} << 20);
+
+  // A stream of the body from request.offset. Sends the first GET before
+  // returning, so a missing object or rejected credentials fail here.
+  Result<std::unique_ptr<InputStream>> OpenStream(StreamRequest request);
+
+  // The url followed by its mirror urls (HttpOptions::mirrors).
+  std::vector<std::string> WithMirrors(const std::string& url) const;
+
+  // What streams share with the client and keep alive after it is gone.
+  struct Shared {
+    HttpOptions options;
+    std::unique_ptr<CurlConnectionPool> pool;
+  };
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+// Sleeps before retry `attempt` (0-based): the response's Retry-After when it
+// has one, else full jitter. Returns false early when *cancel turns true.
+bool BackoffSleep(const HttpOptions& options, int attempt, const HttpResponse* response,
+                  const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_HTTP_HTTP_CLIENT_H_

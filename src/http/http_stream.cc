@@ -1,0 +1,328 @@
+// HttpStream: the resumable GET behind HttpClient::OpenStream.
+#include "http/http_stream.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "http/curl_transfer.h"
+#include "shardstream/url.h"
+
+namespace shardstream::internal {
+namespace {
+
+std::optional<uint64_t> ParseUint(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+// "bytes a-b/total" -> (a, total or nullopt); "bytes */total" -> (npos, total).
+struct ContentRange {
+  uint64_t first = UINT64_MAX;
+  std::optional<uint64_t> total;
+};
+std::optional<ContentRange> ParseContentRange(std::string_view v) {
+  if (v.rfind("bytes ", 0) != 0) return std::nullopt;
+  v.remove_prefix(6);
+  size_t slash = v.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  ContentRange cr;
+  cr.total = ParseUint(v.substr(slash + 1));
+  std::string_view range = v.substr(0, slash);
+  if (range != "*") {
+    auto first = ParseUint(range.substr(0, range.find('-')));
+    if (!first) return std::nullopt;
+    cr.first = *first;
+  }
+  return cr;
+}
+
+// A GET that resumes where it broke. `pos_` counts bytes handed to the
+// reader; whatever a broken transfer had buffered beyond that is fetched again.
+class HttpStream final : public InputStream {
+ public:
+  HttpStream(std::shared_ptr<HttpClient::Shared> client, StreamRequest req)
+      : client_(std::move(client)),
+        req_(std::move(req)),
+        url_(RedactUrl(req_.urls.front())),
+        pos_(req_.offset),
+        start_(req_.offset) {}
+
+  Status Open() { return Connect(); }
+
+  const std::string& url() const override { return url_; }
+  uint64_t position() const override { return pos_; }
+  std::optional<uint64_t> size() const override {
+    return total_ ? total_ : req_.expected_size;
+  }
+
+  Result<size_t> Read(size_t n, void* out) override {
+    while (true) {
+      if (req_.cancel && req_.cancel->load()) return Cancelled();
+      if (eof_ || n == 0) return size_t{0};
+      if (!transfer_) SHARDSTREAM_RETURN_IF_ERROR(Connect());
+      if (eof_) return size_t{0};
+      Status failure = SkipIgnoredRange();
+      if (failure.ok()) {
+        auto got = transfer_->Read(static_cast<char*>(out), n);
+        if (!got.ok()) {
+          failure = got.status();
+        } else if (*got > 0) {
+          pos_ += *got;
+          failures_ = 0;
+          SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
+          return *got;
+        } else if (total_ && pos_ < *total_) {
+          failure = Status(StatusCode::kUnavailable,
+                           "GET " + url_ + ": body ended at byte " + std::to_string(pos_) +
+                               " of " + std::to_string(*total_),
+                           url_, static_cast<int64_t>(pos_));
+        } else {
+          if (req_.expected_size && pos_ != *req_.expected_size) {
+            return Status(StatusCode::kCorrupt,
+                          "GET " + url_ + ": body ended at byte " + std::to_string(pos_) +
+                              ", expected " + std::to_string(*req_.expected_size) + " bytes",
+                          url_, static_cast<int64_t>(pos_));
+          }
+          eof_ = true;
+          transfer_.reset();
+          return size_t{0};
+        }
+      }
+      if (!failure.retryable()) return failure.WithContext("", url_, static_cast<int64_t>(pos_));
+      Log().debug("http stream {} interrupted at byte {}: {}", url_, pos_, failure.ToString());
+      last_error_ = failure;
+      transfer_.reset();
+      ++failures_;
+    }
+  }
+
+ private:
+  Status CheckLength() const {
+    uint64_t cap = client_->options.max_transfer_bytes;
+    std::optional<uint64_t> limit = req_.expected_size;
+    if (total_ && (!limit || *total_ < *limit)) limit = total_;
+    if ((limit && pos_ > *limit) || (cap > 0 && pos_ - start_ > cap)) {
+      return Status(StatusCode::kCorrupt,
+                    "GET " + url_ + ": body longer than expected (" +
+                        std::to_string(pos_ - start_) + " bytes received from offset " +
+                        std::to_string(start_) + ")",
+                    url_, static_cast<int64_t>(pos_));
+    }
+    return Status::OK();
+  }
+
+  // After a server ignored our Range, drops the bytes the reader already has.
+  Status SkipIgnoredRange() {
+    char buf[64 * 1024];
+    while (skip_ > 0) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(
+          size_t got, transfer_->Read(buf, static_cast<size_t>(std::min<uint64_t>(skip_, sizeof(buf)))));
+      if (got == 0) {
+        return Status(StatusCode::kUnavailable,
+                      "GET " + url_ + ": body ended before byte " + std::to_string(pos_), url_,
+                      static_cast<int64_t>(pos_));
+      }
+      skip_ -= got;
+    }
+    return Status::OK();
+  }
+
+  Status Cancelled() const {
+    return Status(StatusCode::kCancelled, "GET " + url_ + ": cancelled", url_,
+                  static_cast<int64_t>(pos_));
+  }
+
+  Status Changed(const std::string& why) const {
+    return Status(StatusCode::kUnavailable,
+                  "GET " + url_ + ": the object changed while it was read (" + why + ") after " +
+                      std::to_string(pos_ - start_) + " bytes; read it again from the start",
+                  url_, static_cast<int64_t>(pos_));
+  }
+
+  // Checks a size the server reports against what we know.
+  Status AcceptTotal(std::optional<uint64_t> total) {
+    if (!total) return Status::OK();
+    if (total_ && *total_ != *total) {
+      if (pos_ != start_)
+        return Changed("size " + std::to_string(*total_) + " -> " + std::to_string(*total));
+    }
+    total_ = total;
+    if (req_.expected_size && *total != *req_.expected_size) {
+      return Status(StatusCode::kCorrupt,
+                    "GET " + url_ + ": object has " + std::to_string(*total) +
+                        " bytes, expected " + std::to_string(*req_.expected_size),
+                    url_, static_cast<int64_t>(pos_));
+    }
+    uint64_t cap = client_->options.max_transfer_bytes;
+    if (cap > 0 && *total > start_ && *total - start_ > cap) {
+      return Status(StatusCode::kCorrupt,
+                    "GET " + url_ + ": body of " + std::to_string(*total - start_) +
+                        " bytes exceeds the transfer cap of " + std::to_string(cap),
+                    url_, static_cast<int64_t>(pos_));
+    }
+    return Status::OK();
+  }
+
+  Status Connect() {
+    while (true) {
+      if (failures_ > client_->options.max_retries) {
+        if (mirror_ + 1 < req_.urls.size()) {
+          ++mirror_;
+          failures_ = 0;
+          // ETags differ between servers; the size check still pins the object.
+          etag_.clear();
+          Log().info("http {}: trying mirror {}", url_, RedactUrl(req_.urls[mirror_]));
+        } else {
+          return Status(StatusCode::kUnavailable,
+                        last_error_.message() + "; gave up after " +
+                            std::to_string(failures_) + " attempts",
+                        url_, static_cast<int64_t>(pos_));
+        }
+      }
+      if (failures_ > 0 && !BackoffSleep(client_->options, failures_ - 1,
+                                         last_response_ ? &*last_response_ : nullptr,
+                                         req_.cancel.get())) {
+        return Cancelled();
+      }
+      last_response_.reset();
+      current_ = HttpRequest();
+      current_.url = req_.urls[mirror_];
+      current_.headers = req_.headers;
+      if (pos_ > 0) current_.SetHeader("Range", "bytes=" + std::to_string(pos_) + "-");
+      if (!etag_.empty()) current_.SetHeader("If-Match", etag_);
+      if (req_.sign) SHARDSTREAM_RETURN_IF_ERROR(req_.sign(current_));
+      transfer_ = std::make_unique<CurlTransfer>(client_->options, client_->pool.get(),
+                                                 client_->options.stream_buffer_bytes);
+      transfer_->set_cancel(req_.cancel.get());
+      Status s = transfer_->Start(current_);
+      if (!s.ok()) {
+        transfer_.reset();
+        if (!s.retryable()) return s.WithContext("", url_, static_cast<int64_t>(pos_));
+        last_error_ = s;
+        ++failures_;
+        continue;
+      }
+      const HttpResponse& resp = transfer_->response();
+      const long code = resp.status;
+      const std::string etag = resp.Header("etag");
+      skip_ = 0;
+      if (code == 206) {
+        auto cr = ParseContentRange(resp.Header("content-range"));
+        if (!cr || cr->first != pos_) {
+          transfer_.reset();
+          return Status(StatusCode::kCorrupt,
+                        "GET " + url_ + ": asked for bytes from " + std::to_string(pos_) +
+                            ", server sent Content-Range '" +
+                            (cr ? resp.Header("content-range") : std::string("?")) + "'",
+                        url_, static_cast<int64_t>(pos_));
+        }
+        if (!etag_.empty() && !etag.empty() && etag != etag_) {
+          if (pos_ != start_) {
+            transfer_.reset();
+            return Changed("ETag " + etag_ + " -> " + etag);
+          }
+          etag_ = etag;  // nothing handed out yet: just follow the new version
+          total_.reset();
+        }
+        SHARDSTREAM_RETURN_IF_ERROR(AcceptTotal(cr->total));
+        if (etag_.empty()) etag_ = etag;
+        return Status::OK();
+      }
+      if (code == 200) {
+        if (!etag_.empty() && etag != etag_ && pos_ != start_) {
+          transfer_.reset();
+          return Changed("ETag " + etag_ + " -> " + etag);
+        }
+        auto length = ParseUint(resp.Header("content-length"));
+        SHARDSTREAM_RETURN_IF_ERROR(AcceptTotal(length));
+        etag_ = etag;
+        if (pos_ > 0) {
+          Log().debug("http {}: server ignored Range; skipping {} bytes", url_, pos_);
+          skip_ = pos_;
+        }
+        return Status::OK();
+      }
+      if (code == 412) {
+        transfer_.reset();
+        if (pos_ != start_) return Changed("If-Match " + etag_ + " failed");
+        etag_.clear();
+        total_.reset();
+        ++failures_;
+        last_error_ = HttpStatusError(code, "GET", current_.url, "", static_cast<int64_t>(pos_));
+        continue;
+      }
+      if (code == 416) {
+        auto cr = ParseContentRange(resp.Header("content-range"));
+        std::optional<uint64_t> total = cr ? cr->total : total_;
+        transfer_.reset();
+        if (total && pos_ >= *total) {
+          SHARDSTREAM_RETURN_IF_ERROR(AcceptTotal(total));
+          if (req_.expected_size && pos_ != *req_.expected_size) {
+            return Status(StatusCode::kCorrupt,
+                          "GET " + url_ + ": object ends at byte " + std::to_string(*total) +
+                              ", expected " + std::to_string(*req_.expected_size) + " bytes",
+                          url_, static_cast<int64_t>(pos_));
+          }
+          eof_ = true;
+          return Status::OK();
+        }
+        return Status(StatusCode::kCorrupt,
+                      "GET " + url_ + ": range from byte " + std::to_string(pos_) +
+                          " not satisfiable" +
+                          (total ? " (object has " + std::to_string(*total) + " bytes)" : ""),
+                      url_, static_cast<int64_t>(pos_));
+      }
+      HttpResponse response = resp;
+      // Keep the error body (S3's XML error) for the message.
+      char buf[16 * 1024];
+      for (int i = 0; i < 4; ++i) {
+        auto got = transfer_->Read(buf, sizeof(buf));
+        if (!got.ok() || *got == 0) break;
+        response.body.append(buf, *got);
+      }
+      transfer_.reset();
+      Status err = req_.error ? req_.error(response, current_.url, static_cast<int64_t>(pos_))
+                              : HttpStatusError(code, "GET", current_.url, "",
+                                                static_cast<int64_t>(pos_));
+      if (RetryableHttpStatus(code)) {
+        last_error_ = err;
+        last_response_ = std::move(response);
+        ++failures_;
+        continue;
+      }
+      return err;
+    }
+  }
+
+  std::shared_ptr<HttpClient::Shared> client_;
+  StreamRequest req_;
+  std::string url_;
+  uint64_t pos_;
+  const uint64_t start_;
+  size_t mirror_ = 0;
+  HttpRequest current_;  // outlives transfer_ (the transfer reads it)
+  std::unique_ptr<CurlTransfer> transfer_;
+  std::optional<uint64_t> total_;
+  std::string etag_;
+  uint64_t skip_ = 0;
+  int failures_ = 0;
+  bool eof_ = false;
+  Status last_error_;
+  std::optional<HttpResponse> last_response_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<InputStream>> OpenHttpStream(std::shared_ptr<HttpClient::Shared> client,
+                                                    StreamRequest request) {
+  auto stream = std::make_unique<HttpStream>(std::move(client), std::move(request));
+  SHARDSTREAM_RETURN_IF_ERROR(stream->Open());
+  return std::unique_ptr<InputStream>(std::move(stream));
+}
+
+}  // namespace shardstream::internal

@@ -1,0 +1,192 @@
+// s3:// urls as a Source over an S3Client, and the environment-configured
+// one DefaultSource() uses.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "s3/s3_config.h"
+#include "shardstream/s3.h"
+#include "sources/builtin_sources.h"
+
+namespace shardstream {
+namespace {
+
+class S3RandomAccessFile final : public RandomAccessFile {
+ public:
+  S3RandomAccessFile(std::shared_ptr<S3Client> client, std::string url)
+      : client_(std::move(client)), url_(std::move(url)) {}
+  const std::string& url() const override { return url_; }
+  Result<uint64_t> Size() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!size_) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(FileInfo info, client_->Head(url_));
+      size_ = info.size;
+    }
+    return *size_;
+  }
+  Result<size_t> ReadAt(uint64_t offset, size_t n, void* out) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(std::string data, client_->GetRange(url_, offset, n));
+    size_t k = std::min(n, data.size());
+    std::memcpy(out, data.data(), k);
+    return k;
+  }
+
+ private:
+  std::shared_ptr<S3Client> client_;
+  std::string url_;
+  std::mutex mu_;
+  std::optional<uint64_t> size_;
+};
+
+// Spools to a temporary file; Close uploads it (multipart when large).
+class S3WritableFile final : public WritableFile {
+ public:
+  S3WritableFile(std::shared_ptr<S3Client> client, std::string url)
+      : client_(std::move(client)), url_(std::move(url)) {}
+  ~S3WritableFile() override { (void)Abort(); }
+  Status Open() {
+    const char* tmp = std::getenv("TMPDIR");
+    spool_ = std::string(tmp && *tmp ? tmp : "/tmp") + "/shardstream-s3put-XXXXXX";
+    fd_ = ::mkstemp(spool_.data());
+    if (fd_ < 0) return Status::FromErrno(errno, "mkstemp " + spool_);
+    return Status::OK();
+  }
+  const std::string& url() const override { return url_; }
+  Status Append(std::string_view data) override {
+    if (fd_ < 0) return Status::Config("Append after Close/Abort: " + url_);
+    while (!data.empty()) {
+      ssize_t w = ::write(fd_, data.data(), data.size());
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, "write " + spool_);
+      }
+      data.remove_prefix(static_cast<size_t>(w));
+    }
+    return Status::OK();
+  }
+  Status Sync() override { return Status::OK(); }
+  Status Close() override {
+    if (fd_ < 0) return Status::OK();
+    Status s = client_->PutFile(url_, spool_);
+    (void)Abort();
+    return s;
+  }
+  Status Abort() override {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(spool_.c_str());
+      fd_ = -1;
+    }
+    return Status::OK();
+  }
+
+ private:
+  std::shared_ptr<S3Client> client_;
+  std::string url_;
+  std::string spool_;
+  int fd_ = -1;
+};
+
+class S3Source final : public Source {
+ public:
+  explicit S3Source(std::shared_ptr<S3Client> client) : client_(std::move(client)) {}
+
+  Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override {
+    SHARDSTREAM_RETURN_IF_ERROR(internal::ParseS3Url(url).status());
+    return std::unique_ptr<RandomAccessFile>(new S3RandomAccessFile(client_, url));
+  }
+  Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
+                                                       uint64_t offset) override {
+    return client_->Get(url, offset);
+  }
+  Result<FileInfo> Stat(const std::string& url) override { return client_->Head(url); }
+  Result<std::vector<FileInfo>> List(const std::string& url) override {
+    std::string prefix = url;
+    auto loc = internal::ParseS3Url(url);
+    if (loc.ok() && !loc->key.empty() && prefix.back() != '/') prefix += '/';
+    return client_->List(prefix, false);
+  }
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override {
+    SHARDSTREAM_RETURN_IF_ERROR(internal::ParseS3Url(url).status());
+    auto file = std::make_unique<S3WritableFile>(client_, url);
+    SHARDSTREAM_RETURN_IF_ERROR(file->Open());
+    return std::unique_ptr<WritableFile>(std::move(file));
+  }
+  Status Remove(const std::string& url) override { return client_->Delete(url); }
+  Status CreateDir(const std::string&) override { return Status::OK(); }
+  Status SyncDir(const std::string&) override { return Status::OK(); }
+
+ private:
+  std::shared_ptr<S3Client> client_;
+};
+
+// DefaultSource's "s3": a client from the environment, made on first use and
+// remade when the resolved configuration changes (tests, long-lived
+// processes whose credentials rotate).
+class EnvironmentS3Source final : public Source {
+ public:
+  Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
+    return s->OpenRandomAccess(url);
+  }
+  Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
+                                                       uint64_t offset) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
+    return s->OpenInputStream(url, offset);
+  }
+  Result<FileInfo> Stat(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
+    return s->Stat(url);
+  }
+  Result<std::vector<FileInfo>> List(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
+    return s->List(url);
+  }
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
+    return s->NewWritableFile(url);
+  }
+  Status Rename(const std::string& from, const std::string& to) override {
+    return Status::Config("Rename is not supported for s3:// urls (" + from + " -> " + to +
+                          "); write to the final key");
+  }
+  Status Remove(const std::string& url) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
+    return s->Remove(url);
+  }
+  Status CreateDir(const std::string&) override { return Status::OK(); }
+  Status RemoveDir(const std::string&) override { return Status::OK(); }
+  Status SyncDir(const std::string&) override { return Status::OK(); }
+
+ private:
+  Result<std::shared_ptr<Source>> Current() {
+    SHARDSTREAM_ASSIGN_OR_RETURN(S3Options o, internal::ResolveS3Options({}));
+    std::string key = o.endpoint + '\n' + o.region + '\n' + o.access_key + '\n' +
+                      o.secret_key + '\n' + o.session_token;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!source_ || key != key_) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto client, S3Client::Make(o));
+      source_ = NewS3Source(std::move(client));
+      key_ = std::move(key);
+    }
+    return source_;
+  }
+  std::mutex mu_;
+  std::string key_;
+  std::shared_ptr<Source> source_;
+};
+
+}  // namespace
+
+std::shared_ptr<Source> NewS3Source(std::shared_ptr<S3Client> client) {
+  return std::make_shared<S3Source>(std::move(client));
+}
+
+namespace internal {
+std::shared_ptr<Source> NewEnvironmentS3Source() { return std::make_shared<EnvironmentS3Source>(); }
+}  // namespace internal
+
+}  // namespace shardstream
