@@ -1,0 +1,216 @@
+// Checkpoints: atomic, durable directories of files with a manifest, the
+// `latest` pointer, rotation and restore (see docs/checkpoints.md).
+//
+// A checkpoint is a directory <dir>/ckpt-000200 holding the user's files and
+// manifest.json (files, sizes, xxh3_128 checksums, step, time, user metadata).
+// CheckpointWriter streams files into a hidden temporary directory, fsyncs
+// each file and the directory, renames it into place, fsyncs the parent, and
+// only then replaces <dir>/latest (written atomically) and rotates old ones.
+// An interruption at any moment leaves the previous checkpoint intact.
+//
+// Every file-system operation goes through the Source given in the options,
+// so tests inject faults (ENOSPC, EIO, crashes, power loss). The one
+// exception is the writer lock (flock on <dir>/LOCK for local directories).
+//
+// Thread-safety: a CheckpointWriter may be used from several threads, but
+// saves are serialised (one CheckpointSave open at a time). A CheckpointSave
+// is used by one thread. The free functions are reentrant.
+#ifndef SHARDSTREAM_CHECKPOINT_H_
+#define SHARDSTREAM_CHECKPOINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardstream/export.h"
+#include "shardstream/result.h"
+#include "shardstream/source.h"
+#include "shardstream/status.h"
+
+namespace shardstream {
+
+struct CheckpointFile {
+  std::string name;      // relative to the checkpoint directory, no '/'
+  uint64_t size = 0;
+  std::string checksum;  // "xxh3_128:<hex>"
+};
+
+// The content of manifest.json (docs/checkpoint_format.md).
+struct SHARDSTREAM_EXPORT CheckpointManifest {
+  int64_t step = 0;
+  std::string name;             // "ckpt-000200"
+  int64_t time_unix_ms = 0;     // when the save began
+  std::vector<CheckpointFile> files;  // in the order written
+  std::string metadata_json = "{}";   // the user's JSON object, verbatim
+
+  uint64_t total_bytes() const;
+  const CheckpointFile* Find(std::string_view file_name) const;
+};
+
+// "ckpt-000200": six digits at least, more when the step needs them.
+SHARDSTREAM_EXPORT std::string CheckpointName(int64_t step);
+// The step of a checkpoint directory name, or nullopt if it is not one.
+SHARDSTREAM_EXPORT std::optional<int64_t> ParseCheckpointName(std::string_view name);
+
+SHARDSTREAM_EXPORT std::string FormatCheckpointManifest(const CheckpointManifest& m);
+// On failure returns kCorrupt naming `url` (what the text came from).
+SHARDSTREAM_EXPORT Result<CheckpointManifest> ParseCheckpointManifest(std::string_view text,
+                                                                      const std::string& url);
+
+// Reading checkpoints (no lock needed; safe while a writer runs).
+//
+// The checkpoints under dir whose manifest parses, oldest first. Hidden
+// temporaries are never listed. Unreadable ones are logged and left out.
+SHARDSTREAM_EXPORT Result<std::vector<CheckpointManifest>> ListCheckpoints(Source& source,
+                                                                           const std::string& dir);
+// The manifest of the checkpoint directory ckpt_url.
+SHARDSTREAM_EXPORT Result<CheckpointManifest> ReadCheckpointManifest(Source& source,
+                                                                     const std::string& ckpt_url);
+// Checks that every file of the manifest exists with its size and checksum.
+// On failure returns kChecksum or kNotFound naming the file.
+SHARDSTREAM_EXPORT Status VerifyCheckpoint(Source& source, const std::string& ckpt_url,
+                                           const CheckpointManifest& m);
+// The name in <dir>/latest, or NotFound.
+SHARDSTREAM_EXPORT Result<std::string> ReadLatestPointer(Source& source, const std::string& dir);
+
+struct CheckpointWriterOptions {
+  // Where the directory lives. Default: DefaultSource().
+  std::shared_ptr<Source> source;
+  // Rotation keeps the newest keep_last checkpoints (0 keeps all). Default: 3.
+  int keep_last = 3;
+  // Rotation also keeps every checkpoint whose step is a multiple of this
+  // (0: none). Default: 0.
+  int64_t keep_every_steps = 0;
+  // Rotation keeps a checkpoint while this returns true for its name (wire
+  // it to Uploader::InUse). Default: none.
+  std::function<bool(const std::string& name)> in_use;
+  // Called after a checkpoint is committed (latest durable), before rotation
+  // (wire it to Uploader::Enqueue). Default: none.
+  std::function<void(const CheckpointManifest&)> on_commit;
+  // EXPERIMENTAL, for crash tests: called at each durability step ("mkdir",
+  // "file-sync", "manifest-sync", "dir-sync", "rename", "parent-sync",
+  // "latest-sync", "latest-rename", "latest-dir-sync", "rotate", "rotate-rename",
+  // "rotate-sync").
+  // Default: none.
+  std::function<void(std::string_view point)> test_hook;
+};
+
+class CheckpointWriter;
+
+// One save in progress: files are streamed in one after another. Destroying
+// it without Commit() removes the temporary directory. REQUIRES: destroyed
+// before the writer that made it.
+class SHARDSTREAM_EXPORT CheckpointSave {
+ public:
+  ~CheckpointSave();
+  CheckpointSave(const CheckpointSave&) = delete;
+  CheckpointSave& operator=(const CheckpointSave&) = delete;
+
+  // Starts file `name` (no '/', not "manifest.json", not used before in this
+  // save); closes (fsyncs) the previous one. On failure returns kConfig for a
+  // bad name, or the I/O error; the save is then failed.
+  Status OpenFile(const std::string& name);
+  // Appends to the open file. REQUIRES: OpenFile succeeded.
+  Status Append(std::string_view data);
+  // Syncs and closes the open file (Commit does it too).
+  Status CloseFile();
+  // Writes the manifest, makes everything durable, renames the directory into
+  // place and updates `latest`; then rotates. Returns the manifest. On
+  // failure the temporaries are removed and `latest` is left as it was
+  // (unless the failure came after `latest` was replaced, which the message
+  // says). Call once.
+  Result<CheckpointManifest> Commit();
+  // Abandons the save and removes its temporaries. Idempotent.
+  void Abort();
+
+  struct Impl;  // opaque
+
+ private:
+  friend class CheckpointWriter;
+  explicit CheckpointSave(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct RestoreOptions {
+  // Verify sizes and checksums of every file before choosing a checkpoint.
+  // Default: true.
+  bool verify = true;
+  // A remote written by an Uploader, consulted when no local checkpoint is
+  // intact (or always, with prefer_remote). Empty: none. Default: "".
+  std::string remote;
+  // The Source of the remote. Default: DefaultSource().
+  std::shared_ptr<Source> remote_source;
+  // Use the remote even if a local checkpoint is intact. Default: false.
+  bool prefer_remote = false;
+};
+
+struct RestoreResult {
+  CheckpointManifest manifest;
+  std::string url;                    // the local checkpoint directory
+  bool from_remote = false;           // downloaded from the remote
+  std::vector<std::string> skipped;   // "name: reason" for each skipped one
+};
+
+// Owns a checkpoint directory: saves, rotation, restore. Only one writer per
+// directory (across processes): the second Open is refused.
+class SHARDSTREAM_EXPORT CheckpointWriter {
+ public:
+  // Creates dir if needed, takes its lock and removes leftovers of an
+  // interrupted save. On failure returns kUnavailable if another writer holds
+  // the directory, or the I/O error.
+  static Result<std::unique_ptr<CheckpointWriter>> Open(const std::string& dir,
+                                                        CheckpointWriterOptions options = {});
+  ~CheckpointWriter();
+
+  const std::string& dir() const { return dir_; }
+  Source& source() { return *source_; }
+
+  // Begins a save of `step` with the user's metadata (a JSON object text).
+  // A checkpoint of the same step is replaced on Commit. On failure returns
+  // kConfig if a save is already open (saves do not wait for each other) or
+  // the metadata is not a JSON object, or the I/O error.
+  Result<std::unique_ptr<CheckpointSave>> BeginSave(int64_t step,
+                                                    std::string metadata_json = "{}");
+  // Convenience: saves whole in-memory files.
+  Result<CheckpointManifest> SaveFiles(
+      int64_t step, const std::vector<std::pair<std::string, std::string>>& files,
+      std::string metadata_json = "{}");
+
+  // The newest intact checkpoint: local ones newest first (each verified),
+  // then the remote's committed ones (downloaded here, verified, committed
+  // locally). Corrupt or incomplete ones are skipped with a warning. On
+  // failure returns NotFound if there is none. Not concurrently with a save.
+  Result<RestoreResult> RestoreLatest(const RestoreOptions& options = {});
+
+  // Commits a complete, verified checkpoint directory that already sits in
+  // `tmp_url` (a hidden sibling made by NewTempDir). Used by restore.
+  Result<CheckpointManifest> CommitDirectory(const std::string& tmp_url,
+                                             CheckpointManifest manifest);
+  // A fresh hidden temporary directory under dir().
+  Result<std::string> NewTempDir(const std::string& tag);
+
+ private:
+  friend class CheckpointSave;
+  struct Lock;
+  CheckpointWriter(std::string dir, CheckpointWriterOptions options, std::unique_ptr<Lock> lock);
+  void Hook(std::string_view point);
+  Status Rotate(const std::string& keep_name);
+  Status RemoveTree(const std::string& url);
+  Status WriteLatest(const std::string& name);
+
+  std::string dir_;
+  CheckpointWriterOptions options_;
+  std::shared_ptr<Source> source_;
+  std::unique_ptr<Lock> lock_;
+  std::mutex save_mu_;  // held while a CheckpointSave is open (flag below)
+  bool save_open_ = false;
+};
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_CHECKPOINT_H_

@@ -1,0 +1,61 @@
+// Names and helpers shared by the checkpoint writer, restore and uploader.
+#ifndef SHARDSTREAM_CHECKPOINT_INTERNAL_H_
+#define SHARDSTREAM_CHECKPOINT_INTERNAL_H_
+
+#include <atomic>
+#include <string>
+#include <string_view>
+
+#include <memory>
+
+#include "shardstream/checkpoint.h"
+#include "shardstream/checksum.h"
+#include "shardstream/source.h"
+
+namespace shardstream {
+
+// Hashes url and compares size and checksum with f; stops early (Cancelled)
+// when *cancel becomes true.
+Status VerifyCheckpointFile(Source& source, const std::string& url, const CheckpointFile& f,
+                            const std::atomic<bool>* cancel);
+
+namespace internal {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr const char* kLatestName = "latest";
+inline constexpr const char* kCommitName = "COMMIT";
+inline constexpr const char* kLockName = "LOCK";
+inline constexpr const char* kChecksumAlgorithm = "xxh3_128";
+// Hidden names: temporaries of a save (".tmp-"), checkpoints being deleted
+// (".trash-"). Never listed as checkpoints; removed when a writer opens.
+inline constexpr const char* kTempPrefix = ".tmp-";
+inline constexpr const char* kTrashPrefix = ".trash-";
+
+// A file name inside a checkpoint: non-empty, no '/', not hidden, not ours.
+inline bool ValidFileName(std::string_view n) {
+  return !n.empty() && n.size() <= 255 && n.find('/') == std::string_view::npos &&
+         n.find('\0') == std::string_view::npos && n[0] != '.' && n != kManifestName &&
+         n != kCommitName;
+}
+
+// Milliseconds since the epoch.
+int64_t NowUnixMs();
+
+}  // namespace internal
+
+struct CheckpointSave::Impl {
+  enum class State { kOpen, kFailed, kCommitted, kAborted };
+  CheckpointWriter* writer = nullptr;
+  std::string tmp_url;
+  CheckpointManifest manifest;
+  std::unique_ptr<WritableFile> file;  // the file being written, if any
+  std::unique_ptr<Hasher> hasher;
+  uint64_t file_size = 0;
+  std::string file_name;
+  State state = State::kOpen;
+};
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_CHECKPOINT_INTERNAL_H_
