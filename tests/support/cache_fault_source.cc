@@ -85,13 +85,13 @@ class SmallDiskFile final : public WritableFile {
 
 }  // namespace
 
-std::string FaultSource::Map(const std::string& url) const {
+std::string CacheFaultSource::Map(const std::string& url) const {
   if (!knobs_->remote_prefix.empty() && url.rfind(knobs_->remote_prefix, 0) == 0)
     return knobs_->local_dir + "/" + url.substr(knobs_->remote_prefix.size());
   return url;
 }
 
-void FaultSource::LogFetch(const std::string& url) {
+void CacheFaultSource::LogFetch(const std::string& url) {
   knobs_->fetches++;
   if (knobs_->fetch_log.empty()) return;
   int fd = ::open(knobs_->fetch_log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -101,12 +101,12 @@ void FaultSource::LogFetch(const std::string& url) {
   ::close(fd);
 }
 
-Result<std::unique_ptr<RandomAccessFile>> FaultSource::OpenRandomAccess(const std::string& url) {
+Result<std::unique_ptr<RandomAccessFile>> CacheFaultSource::OpenRandomAccess(const std::string& url) {
   LogFetch(url);
   return SourceWrapper::OpenRandomAccess(Map(url));
 }
 
-Result<std::unique_ptr<InputStream>> FaultSource::OpenInputStream(const std::string& url,
+Result<std::unique_ptr<InputStream>> CacheFaultSource::OpenInputStream(const std::string& url,
                                                                   uint64_t offset) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto in, SourceWrapper::OpenInputStream(Map(url), offset));
   LogFetch(url);
@@ -114,7 +114,7 @@ Result<std::unique_ptr<InputStream>> FaultSource::OpenInputStream(const std::str
   return std::unique_ptr<InputStream>(new FaultStream(std::move(in), knobs_, corrupt));
 }
 
-Result<FileInfo> FaultSource::Stat(const std::string& url) { return SourceWrapper::Stat(Map(url)); }
+Result<FileInfo> CacheFaultSource::Stat(const std::string& url) { return SourceWrapper::Stat(Map(url)); }
 
 std::map<std::string, int> CountFetches(const std::string& fetch_log) {
   std::map<std::string, int> out;

@@ -36,9 +36,9 @@ struct FaultKnobs {
   std::atomic<int64_t> fail_after{-1};
 };
 
-class FaultSource final : public SourceWrapper {
+class CacheFaultSource final : public SourceWrapper {
  public:
-  FaultSource(std::shared_ptr<Source> target, std::shared_ptr<FaultKnobs> knobs)
+  CacheFaultSource(std::shared_ptr<Source> target, std::shared_ptr<FaultKnobs> knobs)
       : SourceWrapper(std::move(target)), knobs_(std::move(knobs)) {}
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override;
   Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,

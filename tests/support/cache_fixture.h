@@ -1,6 +1,6 @@
 // Shared set-up of the shard cache tests: shards with random bytes on local
 // disk, presented as "remote" urls (with credentials, to check redaction)
-// through a FaultSource, and a cache directory.
+// through a CacheFaultSource, and a cache directory.
 #ifndef SHARDSTREAM_TESTS_SUPPORT_CACHE_FIXTURE_H_
 #define SHARDSTREAM_TESTS_SUPPORT_CACHE_FIXTURE_H_
 
@@ -30,7 +30,7 @@ class CacheTestBase : public ::testing::Test {
     knobs_->local_dir = tmp_.Join("remote");
     knobs_->gate_file = tmp_.Join("gate");
     ASSERT_EQ(::mkdir(knobs_->local_dir.c_str(), 0755), 0);
-    source_ = std::make_shared<FaultSource>(LocalSource(), knobs_);
+    source_ = std::make_shared<CacheFaultSource>(LocalSource(), knobs_);
   }
 
   // Writes n shards of `size` random bytes; returns their refs.
@@ -75,7 +75,7 @@ class CacheTestBase : public ::testing::Test {
 
   TempDir tmp_;
   std::shared_ptr<FaultKnobs> knobs_;
-  std::shared_ptr<FaultSource> source_;
+  std::shared_ptr<CacheFaultSource> source_;
   std::vector<std::string> contents_;
 };
 
