@@ -97,6 +97,8 @@ struct ToolCase {
   bool very_long_names;
 };
 
+void PrintTo(const ToolCase& c, std::ostream* os) { *os << c.name; }
+
 class ToolShardTest : public ::testing::TestWithParam<ToolCase> {};
 
 TEST_P(ToolShardTest, ReadsFieldByFieldWithBothEngines) {

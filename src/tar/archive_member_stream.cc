@@ -16,8 +16,8 @@ namespace {
 class ArchiveMemberStream final : public MemberStream {
  public:
   ArchiveMemberStream(ArchivePtr a, std::unique_ptr<ArchiveInput> input, const std::string& url,
-                      const TarReaderOptions& options)
-      : a_(std::move(a)), input_(std::move(input)), url_(url), options_(options) {}
+                      const TarReaderOptions& options, std::optional<uint64_t> total)
+      : a_(std::move(a)), input_(std::move(input)), url_(url), options_(options), total_(total) {}
 
   Status Next(Member* m) override {
     struct archive_entry* e = nullptr;
@@ -59,6 +59,11 @@ class ArchiveMemberStream final : public MemberStream {
       m->problem = CorruptAt(url_, m->header_offset, m->path,
                              "member of " + std::to_string(m->size) +
                                  " bytes exceeds the limit max_member_size");
+    if (total_ && (m->size > *total_ || m->header_offset > *total_ - m->size))
+      return CorruptAt(url_, m->header_offset, m->path,
+                       "declared size " + std::to_string(m->size) +
+                           " extends past the end of the shard (" + std::to_string(*total_) +
+                           " bytes)");
     if (!m->problem.ok()) {
       if (archive_read_data_skip(a_.get()) < ARCHIVE_WARN)
         return input_->Error(a_.get(), "skipping member '" + m->path + "'", pos);
@@ -108,13 +113,15 @@ class ArchiveMemberStream final : public MemberStream {
   std::shared_ptr<char> chunk_;
   size_t used_ = 0;
   uint64_t entries_ = 0;
+  std::optional<uint64_t> total_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<MemberStream>> NewArchiveMemberStream(std::unique_ptr<PrefixedInput> in,
                                                              const std::string& url,
-                                                             const TarReaderOptions& options) {
+                                                             const TarReaderOptions& options,
+                                                             std::optional<uint64_t> total_size) {
   ArchivePtr a(archive_read_new());
   if (!a) return Status::Io("archive_read_new failed");
   archive_read_support_format_tar(a.get());
@@ -128,7 +135,7 @@ Result<std::unique_ptr<MemberStream>> NewArchiveMemberStream(std::unique_ptr<Pre
     return input->Error(a.get(), "opening", 0);
   }
   return std::unique_ptr<MemberStream>(
-      new ArchiveMemberStream(std::move(a), std::move(input), url, options));
+      new ArchiveMemberStream(std::move(a), std::move(input), url, options, total_size));
 }
 
 }  // namespace shardstream::internal

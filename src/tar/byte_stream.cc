@@ -1,8 +1,10 @@
 #include "tar/byte_stream.h"
 
 #include <archive.h>
+#include <zstd.h>
 
 #include <cstring>
+#include <vector>
 
 #include "shardstream/url.h"
 #include "tar/archive_input.h"
@@ -67,6 +69,13 @@ class DecodedStream final : public ByteStream {
     return static_cast<size_t>(r);
   }
   std::optional<uint64_t> size() const override { return std::nullopt; }
+  Status Finish() override {
+    std::vector<char> sink(size_t{64} << 10);
+    while (true) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, Read(sink.size(), sink.data()));
+      if (n == 0) return Status::OK();
+    }
+  }
 
  private:
   ArchivePtr a_;
@@ -75,12 +84,76 @@ class DecodedStream final : public ByteStream {
   bool eof_ = false;
 };
 
+// zstd through libzstd directly: it decodes straight into the reader's
+// chunk, where libarchive's filter would decode into its own buffer and copy.
+class ZstdStream final : public ByteStream {
+ public:
+  ZstdStream(std::unique_ptr<PrefixedInput> in, size_t block)
+      : in_(std::move(in)), dctx_(ZSTD_createDStream()), buf_(block) {}
+  ~ZstdStream() override { ZSTD_freeDStream(dctx_); }
+
+  Result<size_t> Read(size_t n, char* out) override {
+    if (dctx_ == nullptr) return Status::Io("ZSTD_createDStream failed");
+    ZSTD_outBuffer ob{out, n, 0};
+    while (ob.pos == 0) {
+      if (in_pos_ == in_size_) {
+        if (in_eof_) {
+          if (last_ != 0)
+            return Status(StatusCode::kCorrupt,
+                          "shard " + in_->url() + ": truncated zstd stream at compressed offset " +
+                              std::to_string(consumed_),
+                          in_->url(), static_cast<int64_t>(decoded_));
+          return size_t{0};
+        }
+        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, in_->Read(buf_.size(), buf_.data()));
+        in_pos_ = 0;
+        in_size_ = got;
+        if (got == 0) {
+          in_eof_ = true;
+          continue;
+        }
+      }
+      ZSTD_inBuffer ib{buf_.data(), in_size_, in_pos_};
+      size_t r = ZSTD_decompressStream(dctx_, &ob, &ib);
+      consumed_ += ib.pos - in_pos_;
+      in_pos_ = ib.pos;
+      if (ZSTD_isError(r))
+        return Status(StatusCode::kCorrupt,
+                      "shard " + in_->url() + ": bad zstd data at compressed offset " +
+                          std::to_string(consumed_) + ": " + ZSTD_getErrorName(r),
+                      in_->url(), static_cast<int64_t>(decoded_ + ob.pos));
+      last_ = r;
+    }
+    decoded_ += ob.pos;
+    return ob.pos;
+  }
+  std::optional<uint64_t> size() const override { return std::nullopt; }
+  Status Finish() override {
+    std::vector<char> sink(size_t{64} << 10);
+    while (true) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, Read(sink.size(), sink.data()));
+      if (n == 0) return Status::OK();
+    }
+  }
+
+ private:
+  std::unique_ptr<PrefixedInput> in_;
+  ZSTD_DStream* dctx_;
+  std::vector<char> buf_;
+  size_t in_pos_ = 0, in_size_ = 0;
+  bool in_eof_ = false;
+  size_t last_ = 0;  // ZSTD_decompressStream's last hint: 0 at a frame's end
+  uint64_t consumed_ = 0, decoded_ = 0;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<ByteStream>> OpenByteStream(std::unique_ptr<PrefixedInput> in,
                                                    ShardCompression compression, size_t block) {
   if (compression == ShardCompression::kNone)
     return std::unique_ptr<ByteStream>(new PlainStream(std::move(in)));
+  if (compression == ShardCompression::kZstd)
+    return std::unique_ptr<ByteStream>(new ZstdStream(std::move(in), block));
   ArchivePtr a(archive_read_new());
   if (!a) return Status::Io("archive_read_new failed");
   if (compression == ShardCompression::kGzip) {

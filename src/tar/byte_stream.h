@@ -1,7 +1,8 @@
 // The decoded byte stream of a shard: the tar bytes themselves, whatever the
 // compression. Compression is detected from the first bytes (gzip 1f 8b,
-// zstd 28 b5 2f fd); compressed shards are decoded by libarchive's filters
-// (raw format, only gzip and zstd enabled), fed from our InputStream.
+// zstd 28 b5 2f fd). zstd is decoded by libzstd straight into the caller's
+// buffer; gzip by libarchive's filter (raw format, only the gzip filter
+// enabled), fed from our InputStream.
 #ifndef SHARDSTREAM_TAR_BYTE_STREAM_H_
 #define SHARDSTREAM_TAR_BYTE_STREAM_H_
 
@@ -46,6 +47,9 @@ class ByteStream {
   virtual Result<size_t> Read(size_t n, char* out) = 0;
   // Total decoded size when known without reading (uncompressed shards).
   virtual std::optional<uint64_t> size() const = 0;
+  // Called at the end-of-archive marker. Compressed streams decode what is
+  // left, so a truncated or damaged final frame is still reported.
+  virtual Status Finish() { return Status::OK(); }
 };
 
 // The decoded stream for `in`; `block` is the size of the reads handed to a

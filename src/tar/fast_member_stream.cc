@@ -53,7 +53,7 @@ class FastMemberStream final : public MemberStream {
           return Corrupt(off, long_name.value_or(""), "extension header without an entry");
         m->end = true;
         m->header_offset = m->end_offset = off;
-        return Status::OK();
+        return in_->Finish();
       }
       if (!ChecksumMatches(block)) {
         if (off == 0 && !seen_header_) return Corrupt(off, "", "not a tar shard (no valid tar header at offset 0)");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -46,10 +47,13 @@ std::unique_ptr<MemberStream> NewFastMemberStream(std::unique_ptr<ByteStream> in
                                                   const std::string& url,
                                                   const TarReaderOptions& options,
                                                   uint64_t base_offset);
-// libarchive's tar reader over `in` (compressed or not).
+// libarchive's tar reader over `in` (compressed or not). `total_size`: the
+// tar's size when known (uncompressed), to reject declared sizes past the end
+// before allocating for them.
 Result<std::unique_ptr<MemberStream>> NewArchiveMemberStream(std::unique_ptr<PrefixedInput> in,
                                                              const std::string& url,
-                                                             const TarReaderOptions& options);
+                                                             const TarReaderOptions& options,
+                                                             std::optional<uint64_t> total_size);
 
 // The checks every engine applies to a member path: empty, absolute, "..",
 // NUL, too long. Returns OK or the kCorrupt problem.

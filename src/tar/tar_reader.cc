@@ -244,7 +244,9 @@ Result<std::unique_ptr<TarReader>> OpenStream(std::unique_ptr<InputStream> strea
   std::unique_ptr<MemberStream> members;
   if (options.engine == TarEngine::kLibarchive && base == 0) {
     SHARDSTREAM_ASSIGN_OR_RETURN(members,
-                                 internal::NewArchiveMemberStream(std::move(in), url, options));
+                                 internal::NewArchiveMemberStream(
+                                     std::move(in), url, options,
+                                     compression == ShardCompression::kNone ? size : std::nullopt));
   } else {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto bytes,
                                  internal::OpenByteStream(std::move(in), compression,

@@ -36,6 +36,15 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// CPU seconds (user + system) this process has used: on a shared machine a
+// phase's CPU time is a steadier single-core figure than its wall time.
+double CpuSeconds() {
+  struct rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
@@ -132,17 +141,22 @@ int RunBench(const BenchArgs& a) {
     return 1;
   }
   uint64_t file_bytes = *warm;
-  std::vector<double> plain, reader, external, first_sample;
+  std::vector<double> plain, reader, external, first_sample, plain_cpu, reader_cpu, external_cpu;
   ReadTotals totals;
   std::string external_cmd;
   double first_run_s = 0;
   CacheStats after_first;
   for (int r = 0; r < a.runs; ++r) {
+    double c0 = CpuSeconds();
     auto t0 = Clock::now();
     auto p = PlainRead(*refs, buf);
     auto t1 = Clock::now();
+    double c1 = CpuSeconds();
     auto rr = ReaderRead(cache.get(), *refs, o, dest);
     auto t2 = Clock::now();
+    double c2 = CpuSeconds();
+    plain_cpu.push_back(c1 - c0);
+    reader_cpu.push_back(c2 - c1);
     if (!p.ok() || !rr.ok()) {
       std::cerr << "bench: " << (p.ok() ? rr.status() : p.status()) << "\n";
       return 1;
@@ -164,8 +178,18 @@ int RunBench(const BenchArgs& a) {
         for (const auto& s : *refs) external_cmd += " '" + LocalPath(s.url) + "'";
         external_cmd += " > /dev/null";
       }
+      struct rusage before, after;
+      ::getrusage(RUSAGE_CHILDREN, &before);
       double t = TimeCommand(external_cmd);
-      if (t > 0) external.push_back(t);
+      ::getrusage(RUSAGE_CHILDREN, &after);
+      auto secs = [](const struct rusage& r) {
+        return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+               static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+      };
+      if (t > 0) {
+        external.push_back(t);
+        external_cpu.push_back(secs(after) - secs(before));
+      }
     }
   }
   double tp = Median(plain), tr = Median(reader);
@@ -186,6 +210,10 @@ int RunBench(const BenchArgs& a) {
       {"reader_payload_gbps", static_cast<double>(totals.bytes) / 1e9 / tr},
       {"samples_per_s", static_cast<double>(totals.samples) / tr},
       {"ratio_vs_plain_read", tp / tr},
+      {"cpu_plain_read_gbps", gb / Median(plain_cpu)},
+      {"cpu_reader_gbps", gb / Median(reader_cpu)},
+      {"cpu_samples_per_s", static_cast<double>(totals.samples) / Median(reader_cpu)},
+      {"cpu_ratio_vs_plain_read", Median(plain_cpu) / Median(reader_cpu)},
       {"peak_rss_mib", rss_mib},
       {"first_sample_ms", 1000 * Median(first_sample)},
   };
@@ -205,6 +233,7 @@ int RunBench(const BenchArgs& a) {
     j["external_command"] = totals.compression == ShardCompression::kZstd ? "zstd -d -c" : "gzip -dc";
     j["external_gbps"] = gb / te;
     j["ratio_vs_external"] = te / tr;
+    j["cpu_ratio_vs_external"] = Median(external_cpu) / Median(reader_cpu);
   }
   if (a.json) {
     std::cout << j.dump() << "\n";
@@ -222,9 +251,10 @@ int RunBench(const BenchArgs& a) {
                 static_cast<double>(totals.samples) / tr, 100.0 * tp / tr);
   std::cout << line;
   if (!external.empty()) {
-    std::snprintf(line, sizeof(line), "%s:        %8.2f GB/s; reader at %5.1f%% of it\n",
+    std::snprintf(line, sizeof(line),
+                  "%s:        %8.2f GB/s; reader at %5.1f%% of it (%.1f%% per CPU second)\n",
                   j["external_command"].get<std::string>().c_str(), gb / Median(external),
-                  100.0 * Median(external) / tr);
+                  100.0 * Median(external) / tr, 100.0 * j["cpu_ratio_vs_external"].get<double>());
     std::cout << line;
   }
   if (first_run_s > 0) {
@@ -235,6 +265,13 @@ int RunBench(const BenchArgs& a) {
   std::string summary = CacheSummary(cache.get());
   if (!summary.empty()) std::cout << summary << "\n";
   std::snprintf(line, sizeof(line), "first sample after %.1f ms (median)\n", 1000 * Median(first_sample));
+  std::cout << line;
+  std::snprintf(line, sizeof(line),
+                "per CPU second:        plain %.2f GB/s, reader %.2f GB/s, %.0f samples/s, "
+                "%.1f%% of plain read\n",
+                j["cpu_plain_read_gbps"].get<double>(), j["cpu_reader_gbps"].get<double>(),
+                j["cpu_samples_per_s"].get<double>(),
+                100.0 * j["cpu_ratio_vs_plain_read"].get<double>());
   std::cout << line;
   std::snprintf(line, sizeof(line), "peak RSS: %.0f MiB\n", rss_mib);
   std::cout << line;
