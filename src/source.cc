@@ -54,6 +54,10 @@ Result<std::unique_ptr<InputStream>> Source::OpenInputStream(const std::string& 
   SHARDSTREAM_ASSIGN_OR_RETURN(auto file, OpenRandomAccess(url));
   return std::unique_ptr<InputStream>(new RandomAccessStream(std::move(file), offset));
 }
+Result<std::unique_ptr<InputStream>> Source::OpenInputStreamWith(const std::string& url,
+                                                                 const StreamOptions& options) {
+  return OpenInputStream(url, options.offset);
+}
 Result<std::vector<FileInfo>> Source::List(const std::string& url) {
   return Unsupported("List", url);
 }
@@ -107,6 +111,11 @@ class Router final : public Source {
                                                        uint64_t offset) override {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
     return s->OpenInputStream(url, offset);
+  }
+  Result<std::unique_ptr<InputStream>> OpenInputStreamWith(const std::string& url,
+                                                           const StreamOptions& options) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
+    return s->OpenInputStreamWith(url, options);
   }
   Result<FileInfo> Stat(const std::string& url) override {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));

@@ -103,6 +103,9 @@ class SHARDSTREAM_EXPORT HttpSource : public Source {
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override;
   Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
                                                        uint64_t offset) override;
+  // OpenStream with the same offset, expected_size and cancel.
+  Result<std::unique_ptr<InputStream>> OpenInputStreamWith(const std::string& url,
+                                                           const StreamOptions& options) override;
   // HEAD: size from Content-Length, etag, mtime from Last-Modified.
   Result<FileInfo> Stat(const std::string& url) override;
   // Buffers the bytes (spooling large ones to a temporary file) and sends one

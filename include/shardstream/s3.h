@@ -64,6 +64,7 @@ struct S3Options {
 struct S3Upload {
   std::string key;
   std::string upload_id;
+  int64_t initiated_unix_ms = 0;  // when it was created (0 if not reported)
 };
 
 struct S3Part {

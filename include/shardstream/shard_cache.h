@@ -82,7 +82,7 @@ struct ShardCacheOptions {
 };
 
 // What the manifest says about a shard. Unknown fields stay at their defaults.
-struct ShardRef {
+struct SHARDSTREAM_EXPORT ShardRef {
   std::string url;
   int64_t size = -1;     // bytes; -1 when unknown
   std::string checksum;  // "xxh3_128:<hex>" or empty

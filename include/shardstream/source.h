@@ -12,6 +12,7 @@
 #ifndef SHARDSTREAM_SOURCE_H_
 #define SHARDSTREAM_SOURCE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,6 +76,20 @@ class SHARDSTREAM_EXPORT WritableFile {
   virtual Status Abort() = 0;
 };
 
+// Optional settings for Source::OpenInputStreamWith.
+struct StreamOptions {
+  // First byte to read. Default: 0.
+  uint64_t offset = 0;
+  // The object's size when the caller knows it (from a manifest); sources
+  // that can check it fail a body that ends early or runs longer.
+  // Default: unknown.
+  std::optional<uint64_t> expected_size;
+  // Set to true (from any thread) to make a Read blocked on the network or a
+  // retry backoff return kCancelled promptly, where the source supports it
+  // (http, https, s3). Default: none.
+  std::shared_ptr<const std::atomic<bool>> cancel;
+};
+
 class SHARDSTREAM_EXPORT Source {
  public:
   virtual ~Source();
@@ -83,6 +98,11 @@ class SHARDSTREAM_EXPORT Source {
   // A stream starting at byte `offset`. The default adapts OpenRandomAccess.
   virtual Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
                                                                uint64_t offset = 0);
+  // OpenInputStream with StreamOptions. The default ignores expected_size and
+  // cancel and calls OpenInputStream(url, options.offset), so every Source
+  // (and every override of OpenInputStream in a wrapper) keeps working.
+  virtual Result<std::unique_ptr<InputStream>> OpenInputStreamWith(const std::string& url,
+                                                                   const StreamOptions& options);
   // On failure returns NotFound if url does not exist.
   virtual Result<FileInfo> Stat(const std::string& url) = 0;
   // Entries directly below a directory url (or with a key prefix, for object
@@ -103,7 +123,10 @@ class SHARDSTREAM_EXPORT Source {
 };
 
 // Forwards every call to a target; subclass it to intercept some calls
-// (fault injection, counting, latency).
+// (fault injection, counting, latency). OpenInputStreamWith is not forwarded
+// as such: it reaches the target through this wrapper's OpenInputStream (so
+// an intercepting override stays on the path), without expected_size and
+// cancel; override it to pass them on.
 class SHARDSTREAM_EXPORT SourceWrapper : public Source {
  public:
   explicit SourceWrapper(std::shared_ptr<Source> target) : target_(std::move(target)) {}

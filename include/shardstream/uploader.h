@@ -31,6 +31,8 @@
 
 namespace shardstream {
 
+class S3Client;
+
 // EXPERIMENTAL: the multipart seam (S3 CreateMultipartUpload / UploadPart /
 // CompleteMultipartUpload / AbortMultipartUpload / ListMultipartUploads).
 // Implementations are thread-safe: parts are uploaded concurrently.
@@ -61,6 +63,13 @@ class SHARDSTREAM_EXPORT MultipartSink {
 SHARDSTREAM_EXPORT std::shared_ptr<MultipartSink> NewSourceMultipartSink(
     std::shared_ptr<Source> source, std::string root);
 
+// A MultipartSink for s3:// urls over S3 multipart upload. Parts are signed
+// with their SHA-256 (checked by S3) and their ETag is compared with the MD5
+// of the bytes sent (kChecksum, retried, on a mismatch); ListPending reports
+// each upload's initiation time, so AbortStaleUploads can age them.
+SHARDSTREAM_EXPORT std::shared_ptr<MultipartSink> NewS3MultipartSink(
+    std::shared_ptr<S3Client> client);
+
 enum class UploadState { kPending, kUploading, kDone, kFailed };
 SHARDSTREAM_EXPORT std::string_view UploadStateName(UploadState s);
 
@@ -73,11 +82,14 @@ struct UploadStatus {
 };
 
 struct UploaderOptions {
-  // Default: DefaultSource() for both.
+  // Default: DefaultSource() for both; for an s3:// remote with neither
+  // remote_source nor multipart set, an S3 source and NewS3MultipartSink over
+  // one S3Client from the environment (Create fails with kAuth without
+  // credentials).
   std::shared_ptr<Source> local_source;
   std::shared_ptr<Source> remote_source;
   // Multipart path for files of at least multipart_threshold bytes. Default:
-  // none (streamed single writes).
+  // none (streamed single writes), except for s3:// as above.
   std::shared_ptr<MultipartSink> multipart;
   uint64_t multipart_threshold = 64ull << 20;  // Default: 64 MiB.
   uint64_t part_size = 16ull << 20;            // Default: 16 MiB.

@@ -74,6 +74,13 @@ class ShardCache::Impl {
   void WaitIdle();
   void Stop();
   bool stopping() const { return stopping_.load(); }
+  // A download's source stream: cancelled by Stop(), so that destroying the
+  // cache does not wait for a slow or stalled network transfer.
+  Result<std::unique_ptr<InputStream>> OpenDownloadStream(const std::string& url) {
+    StreamOptions o;
+    o.cancel = cancel_;
+    return opts.source->OpenInputStreamWith(url, o);
+  }
 
   // Evicts down to `bytes`, and by at least `free_at_least` bytes (a full
   // disk) where entries not in use allow. Returns the usage left.
@@ -114,6 +121,7 @@ class ShardCache::Impl {
   void FinishDownload(internal::Download& d, Status status, bool uncached);
 
   std::atomic<bool> stopping_{false};
+  std::shared_ptr<std::atomic<bool>> cancel_ = std::make_shared<std::atomic<bool>>(false);
 
   mutable std::mutex stats_mu_;
   CacheStats stats_;

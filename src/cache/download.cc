@@ -112,6 +112,7 @@ void ShardCache::Impl::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    *cancel_ = true;  // network reads of running downloads return kCancelled
     prefetch_queue_.clear();
     threads.swap(threads_);
     // Readers waiting on a download in this process wake up and see stopping.
@@ -276,7 +277,7 @@ void ShardCache::Impl::RunDownload(Download& d) {
     if (stopping()) return FinishDownload(d, Status::Cancelled("shard cache is shutting down"), false);
     std::unique_ptr<InputStream> in = std::move(d.first_stream);
     if (in == nullptr) {
-      auto opened = opts.source->OpenInputStream(url, 0);
+      auto opened = OpenDownloadStream(url);
       if (!opened.ok()) {
         if (opened.status().retryable() && attempt < opts.max_attempts) continue;
         return FinishDownload(d, opened.status(), false);

@@ -174,7 +174,7 @@ Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, 
         d->key = key;
         d->entry_lock = std::move(owner);
         // Opened here so that not-found and auth errors reach the caller of Open.
-        SHARDSTREAM_ASSIGN_OR_RETURN(d->first_stream, opts.source->OpenInputStream(ref.url, 0));
+        SHARDSTREAM_ASSIGN_OR_RETURN(d->first_stream, OpenDownloadStream(ref.url));
         {
           std::lock_guard<std::mutex> lock(mu_);
           active_[key] = d;

@@ -16,6 +16,7 @@
 #include "checkpoint/internal.h"
 #include "common/log.h"
 #include "shardstream/checksum.h"
+#include "shardstream/s3.h"
 #include "shardstream/url.h"
 
 namespace shardstream {
@@ -60,7 +61,10 @@ Result<CheckpointManifest> ReadRemoteCommitted(Source& source, const std::string
 
 Result<std::vector<CheckpointManifest>> ListRemoteCheckpoints(Source& source,
                                                               const std::string& remote) {
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto entries, source.List(remote));
+  auto listed = source.List(remote);
+  // Plain http(s) remotes cannot list (kConfig): only the hint finds them.
+  if (!listed.ok() && listed.status().code() != StatusCode::kConfig) return listed.status();
+  std::vector<FileInfo> entries = listed.ok() ? std::move(*listed) : std::vector<FileInfo>{};
   // Object stores may list keys below the prefix: take the first component.
   std::string base = remote;
   while (!base.empty() && base.back() == '/') base.pop_back();
@@ -332,6 +336,12 @@ Result<std::unique_ptr<Uploader>> Uploader::Create(std::string local_dir, std::s
                                                    UploaderOptions options) {
   if (remote.empty()) return Status::Config("uploader: empty remote url");
   if (!options.local_source) options.local_source = DefaultSource();
+  if (!options.remote_source && !options.multipart && UrlScheme(remote) == "s3") {
+    // One client from the environment for the streamed and the multipart path.
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto client, S3Client::Make());
+    options.remote_source = NewS3Source(client);
+    options.multipart = NewS3MultipartSink(client);
+  }
   if (!options.remote_source) options.remote_source = DefaultSource();
   if (options.chunk_size == 0 || options.part_threads < 1 || options.attempts < 1)
     return Status::Config("uploader: chunk_size, part_threads and attempts must be positive");

@@ -358,7 +358,8 @@ Result<std::vector<S3Upload>> S3Client::ListMultipartUploads(const std::string& 
     while (true) {
       std::string item = XmlText(resp.body, "Upload", &pos);
       if (item.empty()) break;
-      out.push_back({XmlText(item, "Key"), XmlText(item, "UploadId")});
+      out.push_back({XmlText(item, "Key"), XmlText(item, "UploadId"),
+                     ParseIso8601(XmlText(item, "Initiated")) / 1000000});
     }
     if (XmlText(resp.body, "IsTruncated") != "true") break;
     key_marker = XmlText(resp.body, "NextKeyMarker");

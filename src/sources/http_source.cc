@@ -208,6 +208,15 @@ Result<std::unique_ptr<InputStream>> HttpSource::OpenInputStream(const std::stri
   return OpenStream(url, options);
 }
 
+Result<std::unique_ptr<InputStream>> HttpSource::OpenInputStreamWith(
+    const std::string& url, const StreamOptions& options) {
+  HttpStreamOptions o;
+  o.offset = options.offset;
+  o.expected_size = options.expected_size;
+  o.cancel = options.cancel;
+  return OpenStream(url, o);
+}
+
 Result<FileInfo> HttpSource::Stat(const std::string& url) { return Head(*impl_->client, url); }
 
 Result<std::unique_ptr<WritableFile>> HttpSource::NewWritableFile(const std::string& url) {

@@ -102,6 +102,10 @@ class S3Source final : public Source {
                                                        uint64_t offset) override {
     return client_->Get(url, offset);
   }
+  Result<std::unique_ptr<InputStream>> OpenInputStreamWith(const std::string& url,
+                                                           const StreamOptions& options) override {
+    return client_->Get(url, options.offset, options.expected_size, options.cancel);
+  }
   Result<FileInfo> Stat(const std::string& url) override { return client_->Head(url); }
   Result<std::vector<FileInfo>> List(const std::string& url) override {
     std::string prefix = url;
@@ -136,6 +140,11 @@ class EnvironmentS3Source final : public Source {
                                                        uint64_t offset) override {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
     return s->OpenInputStream(url, offset);
+  }
+  Result<std::unique_ptr<InputStream>> OpenInputStreamWith(const std::string& url,
+                                                           const StreamOptions& options) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
+    return s->OpenInputStreamWith(url, options);
   }
   Result<FileInfo> Stat(const std::string& url) override {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());

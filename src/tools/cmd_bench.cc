@@ -15,6 +15,7 @@
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
 #include "tools/command.h"
+#include "tools/shard_args.h"
 #include "tools/tar_tool_util.h"
 
 namespace shardstream::tools {
@@ -26,6 +27,7 @@ struct BenchArgs {
   std::string dest_size = "8MiB";
   std::string chunk_size = "4MiB";
   bool libarchive = false, json = false, no_external = false;
+  CacheFlags cache;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -49,10 +51,10 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-Result<uint64_t> PlainRead(const std::vector<std::string>& shards, std::vector<char>& buf) {
+Result<uint64_t> PlainRead(const std::vector<ShardRef>& shards, std::vector<char>& buf) {
   uint64_t total = 0;
-  for (const auto& url : shards) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(auto in, DefaultSource()->OpenInputStream(url, 0));
+  for (const auto& ref : shards) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto in, DefaultSource()->OpenInputStream(ref.url, 0));
     while (true) {
       SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in->Read(buf.size(), buf.data()));
       if (n == 0) break;
@@ -65,20 +67,22 @@ Result<uint64_t> PlainRead(const std::vector<std::string>& shards, std::vector<c
 struct ReadTotals {
   uint64_t samples = 0, fields = 0, bytes = 0;
   ShardCompression compression = ShardCompression::kNone;
+  double first_sample_s = -1;  // from the start of the run to the first sample
 };
 
-Result<ReadTotals> ReaderRead(const std::vector<std::string>& shards, const TarReaderOptions& o,
-                              std::vector<char>& dest) {
+Result<ReadTotals> ReaderRead(ShardCache* cache, const std::vector<ShardRef>& shards,
+                              const TarReaderOptions& o, std::vector<char>& dest) {
   ReadTotals t;
   size_t pos = 0;
   Sample s;
-  for (const auto& url : shards) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, TarReader::Open(url, o));
+  auto start = Clock::now();
+  for (const auto& ref : shards) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, OpenShardReader(cache, ref, o));
     t.compression = reader->compression();
     while (true) {
       SHARDSTREAM_ASSIGN_OR_RETURN(bool got, reader->Next(&s));
       if (!got) break;
-      ++t.samples;
+      if (t.samples++ == 0) t.first_sample_s = Seconds(start, Clock::now());
       for (const Field& f : s.fields) {
         // The copy batching makes: field bytes into a (reused) batch buffer.
         std::string_view d = f.data;
@@ -124,22 +128,31 @@ int RunBench(const BenchArgs& a) {
   o.chunk_size = static_cast<size_t>(*chunk);
   buf.resize(o.chunk_size);  // the plain read uses the reader's read size
 
-  auto warm = PlainRead(a.shards, buf);  // page cache warm-up
+  auto refs = ExpandShardArgs(a.shards);
+  if (!refs.ok()) {
+    std::cerr << "bench: " << refs.status() << "\n";
+    return 1;
+  }
+  auto cache = MakeCacheOrReport(a.cache, "bench");
+  if (cache == nullptr) return 1;
+  auto warm = PlainRead(*refs, buf);  // page cache warm-up
   if (!warm.ok()) {
     std::cerr << "bench: " << warm.status() << "\n";
     return 1;
   }
   uint64_t file_bytes = *warm;
-  std::vector<double> plain, reader, external, plain_cpu, reader_cpu, external_cpu;
+  std::vector<double> plain, reader, external, first_sample, plain_cpu, reader_cpu, external_cpu;
   ReadTotals totals;
   std::string external_cmd;
+  double first_run_s = 0;
+  CacheStats after_first;
   for (int r = 0; r < a.runs; ++r) {
     double c0 = CpuSeconds();
     auto t0 = Clock::now();
-    auto p = PlainRead(a.shards, buf);
+    auto p = PlainRead(*refs, buf);
     auto t1 = Clock::now();
     double c1 = CpuSeconds();
-    auto rr = ReaderRead(a.shards, o, dest);
+    auto rr = ReaderRead(cache.get(), *refs, o, dest);
     auto t2 = Clock::now();
     double c2 = CpuSeconds();
     plain_cpu.push_back(c1 - c0);
@@ -150,11 +163,19 @@ int RunBench(const BenchArgs& a) {
     }
     totals = *rr;
     plain.push_back(Seconds(t0, t1));
-    reader.push_back(Seconds(t1, t2));
+    // With a cache, run 1 fills it and the later runs read from it: the
+    // first is reported on its own, the median covers the others.
+    if (cache != nullptr && cache->options().mode != CacheMode::kOff && r == 0 && a.runs > 1) {
+      first_run_s = Seconds(t1, t2);
+      after_first = cache->stats();
+    } else {
+      reader.push_back(Seconds(t1, t2));
+    }
+    first_sample.push_back(rr->first_sample_s);
     if (totals.compression != ShardCompression::kNone && !a.no_external) {
       if (external_cmd.empty()) {
         external_cmd = totals.compression == ShardCompression::kZstd ? "zstd -q -d -c" : "gzip -dc";
-        for (const auto& s : a.shards) external_cmd += " '" + LocalPath(s) + "'";
+        for (const auto& s : *refs) external_cmd += " '" + LocalPath(s.url) + "'";
         external_cmd += " > /dev/null";
       }
       struct rusage before, after;
@@ -177,7 +198,7 @@ int RunBench(const BenchArgs& a) {
   ::getrusage(RUSAGE_SELF, &ru);
   double rss_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;
   nlohmann::json j = {
-      {"shards", a.shards.size()},
+      {"shards", refs->size()},
       {"file_bytes", file_bytes},
       {"samples", totals.samples},
       {"fields", totals.fields},
@@ -194,7 +215,19 @@ int RunBench(const BenchArgs& a) {
       {"cpu_samples_per_s", static_cast<double>(totals.samples) / Median(reader_cpu)},
       {"cpu_ratio_vs_plain_read", Median(plain_cpu) / Median(reader_cpu)},
       {"peak_rss_mib", rss_mib},
+      {"first_sample_ms", 1000 * Median(first_sample)},
   };
+  if (auto stats = CacheStatsJson(cache.get()); !stats.is_null()) {
+    j["cache"] = stats;
+    if (first_run_s > 0) {
+      CacheStats now = cache->stats();
+      j["cache_fill_gbps"] = gb / first_run_s;
+      j["first_run_first_sample_ms"] = 1000 * first_sample.front();
+      // Bytes fetched from the source by the runs after the first: 0 when
+      // they were all served by the cache.
+      j["later_runs_source_bytes"] = now.bytes_from_source - after_first.bytes_from_source;
+    }
+  }
   if (!external.empty()) {
     double te = Median(external);
     j["external_command"] = totals.compression == ShardCompression::kZstd ? "zstd -d -c" : "gzip -dc";
@@ -207,7 +240,7 @@ int RunBench(const BenchArgs& a) {
     return 0;
   }
   char line[256];
-  std::cout << a.shards.size() << " shards, " << HumanBytes(file_bytes) << ", "
+  std::cout << refs->size() << " shards, " << HumanBytes(file_bytes) << ", "
             << totals.samples << " samples of " << HumanBytes(totals.samples ? totals.bytes / totals.samples : 0)
             << " on average; median of " << a.runs << " runs\n";
   std::snprintf(line, sizeof(line), "plain sequential read: %8.2f GB/s\n", gb / tp);
@@ -224,6 +257,15 @@ int RunBench(const BenchArgs& a) {
                   100.0 * Median(external) / tr, 100.0 * j["cpu_ratio_vs_external"].get<double>());
     std::cout << line;
   }
+  if (first_run_s > 0) {
+    std::snprintf(line, sizeof(line), "run 1 (filling the cache): %8.2f GB/s; later runs from the cache\n",
+                  gb / first_run_s);
+    std::cout << line;
+  }
+  std::string summary = CacheSummary(cache.get());
+  if (!summary.empty()) std::cout << summary << "\n";
+  std::snprintf(line, sizeof(line), "first sample after %.1f ms (median)\n", 1000 * Median(first_sample));
+  std::cout << line;
   std::snprintf(line, sizeof(line),
                 "per CPU second:        plain %.2f GB/s, reader %.2f GB/s, %.0f samples/s, "
                 "%.1f%% of plain read\n",
@@ -242,7 +284,8 @@ SHARDSTREAM_COMMAND(bench, [](CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   auto* sub = app.add_subcommand(
       "bench", "Read shards as fast as possible and compare with a plain read of the same files");
-  sub->add_option("SHARD", args->shards, "Shards to read")->required();
+  sub->add_option("SHARD", args->shards, "Shards to read (paths, urls or manifests)")->required();
+  AddCacheFlags(sub, &args->cache);
   sub->add_option("--runs", args->runs, "Timed runs; medians are reported")->capture_default_str();
   sub->add_option("--dest-size", args->dest_size, "Destination buffer fields are copied to, reused cyclically like a batch slot")
       ->capture_default_str();

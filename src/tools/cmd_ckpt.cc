@@ -36,6 +36,7 @@ struct Args {
   uint64_t multipart_threshold = 64ull << 20;
   uint64_t part_size = 16ull << 20;
   int part_threads = 4;
+  double abort_stale_after_s = -1;
 };
 
 int Ls(const Args& a) {
@@ -123,6 +124,12 @@ int Push(const Args& a) {
   if (UrlScheme(a.remote) == "file") o.multipart = NewSourceMultipartSink(DefaultSource(), a.remote);
   auto u = Uploader::Create(a.dir, a.remote, o);
   if (!u.ok()) return Fail(u.status(), a.json);
+  if (a.abort_stale_after_s >= 0) {
+    auto aborted = (*u)->AbortStaleUploads(static_cast<int64_t>(a.abort_stale_after_s * 1000));
+    if (!aborted.ok()) return Fail(aborted.status(), a.json);
+    if (!a.json && *aborted > 0)
+      std::cerr << "aborted " << *aborted << " stale multipart upload(s)\n";
+  }
   std::vector<std::string> names;
   if (!a.name.empty()) {
     names.push_back(a.name);
@@ -183,6 +190,9 @@ SHARDSTREAM_COMMAND(ckpt, [](CLI::App& app) {
   push->add_option("--multipart-threshold", args->multipart_threshold, "bytes (default 64 MiB)");
   push->add_option("--part-size", args->part_size, "bytes (default 16 MiB)");
   push->add_option("--part-threads", args->part_threads, "parallel parts (default 4)");
+  push->add_option("--abort-stale-after", args->abort_stale_after_s,
+                   "first abort multipart uploads under the remote older than this many seconds "
+                   "(left by a killed uploader)");
   push->add_flag("--json", args->json, "print JSON");
   push->callback([args] { ExitWith(Push(*args)); });
 });

@@ -5,20 +5,22 @@
 
 #include "shardstream/tar_reader.h"
 #include "tools/command.h"
+#include "tools/shard_args.h"
 
 namespace shardstream::tools {
 namespace {
 
 struct LsArgs {
-  std::string shard;
+  std::vector<std::string> shards;
+  CacheFlags cache;
   bool json = false;
   bool libarchive = false;
 };
 
-int RunLs(const LsArgs& a) {
+int ListShard(ShardCache* cache, const ShardRef& ref, const LsArgs& a) {
   TarReaderOptions o;
   if (a.libarchive) o.engine = TarEngine::kLibarchive;
-  auto reader = TarReader::Open(a.shard, o);
+  auto reader = OpenShardReader(cache, ref, o);
   if (!reader.ok()) {
     std::cerr << "ls: " << reader.status() << "\n";
     return 1;
@@ -34,7 +36,7 @@ int RunLs(const LsArgs& a) {
     if (a.json) {
       nlohmann::json fields = nlohmann::json::array();
       for (const Field& f : s.fields) fields.push_back({{"name", f.name}, {"size", f.data.size()}});
-      nlohmann::json j = {{"index", s.index}, {"key", s.key}, {"offset", s.offset},
+      nlohmann::json j = {{"shard", RedactUrl(ref.url)}, {"index", s.index}, {"key", s.key}, {"offset", s.offset},
                           {"fields", fields}};
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
@@ -55,12 +57,32 @@ int RunLs(const LsArgs& a) {
   return 0;
 }
 
+int RunLs(const LsArgs& a) {
+  auto refs = ExpandShardArgs(a.shards);
+  if (!refs.ok()) {
+    std::cerr << "ls: " << refs.status() << "\n";
+    return 1;
+  }
+  auto cache = MakeCacheOrReport(a.cache, "ls");
+  if (cache == nullptr) return 1;
+  for (const ShardRef& ref : *refs) {
+    if (refs->size() > 1 && !a.json) std::cout << "# " << RedactUrl(ref.url) << "\n";
+    if (int rc = ListShard(cache.get(), ref, a)) return rc;
+  }
+  std::string summary = CacheSummary(cache.get());  // also when --json
+  if (!summary.empty()) std::cerr << summary << "\n";
+  return 0;
+}
+
 }  // namespace
 
 SHARDSTREAM_COMMAND(ls, [](CLI::App& app) {
   auto args = std::make_shared<LsArgs>();
   auto* sub = app.add_subcommand("ls", "List the samples of a shard (key, fields, sizes)");
-  sub->add_option("SHARD", args->shard, "Shard url or path (.tar, .tar.gz, .tar.zst)")->required();
+  sub->add_option("SHARD", args->shards,
+                  "Shard urls or paths (.tar, .tar.gz, .tar.zst; http(s)://, s3://), or manifests")
+      ->required();
+  AddCacheFlags(sub, &args->cache);
   sub->add_flag("--json", args->json, "One JSON object per sample");
   sub->add_flag("--libarchive", args->libarchive, "Read with libarchive instead of the fast parser");
   sub->callback([args] { ExitWith(RunLs(*args)); });

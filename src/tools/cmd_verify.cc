@@ -9,6 +9,7 @@
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
 #include "tools/command.h"
+#include "tools/shard_args.h"
 #include "tools/tar_tool_util.h"
 
 namespace shardstream::tools {
@@ -18,6 +19,7 @@ struct VerifyArgs {
   std::string manifest;
   unsigned threads = 0;
   bool samples = false, json = false;
+  CacheFlags cache;
 };
 
 struct Verdict {
@@ -25,17 +27,35 @@ struct Verdict {
   std::string problem;
 };
 
-Verdict Check(const ShardEntry& e, bool count_samples) {
-  Source& src = *DefaultSource();
-  auto d = DigestFile(src, e.resolved,
-                      e.checksum.empty() ? "xxh3_128" : e.checksum.substr(0, e.checksum.find(':')));
+// Size and checksum of the bytes the cache delivers (it also checks them
+// against the manifest itself, failing with kChecksum on a mismatch).
+Result<FileDigest> DigestCached(ShardCache& cache, const ShardEntry& e, const std::string& algo) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto in, cache.Open(ShardRef::FromEntry(e)));
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto hasher, Hasher::Create(algo));
+  std::vector<char> buf(size_t{4} << 20);
+  FileDigest d;
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in->Read(buf.size(), buf.data()));
+    if (n == 0) break;
+    hasher->Update(buf.data(), n);
+    d.size += n;
+  }
+  d.checksum = hasher->Finish();
+  return d;
+}
+
+Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
+  std::string algo = e.checksum.empty() ? "xxh3_128" : e.checksum.substr(0, e.checksum.find(':'));
+  auto d = cache != nullptr && cache->options().mode != CacheMode::kOff
+               ? DigestCached(*cache, e, algo)
+               : DigestFile(*DefaultSource(), e.resolved, algo);
   if (!d.ok()) return {false, d.status().ToString()};
   if (e.size >= 0 && d->size != static_cast<uint64_t>(e.size))
     return {false, "size " + std::to_string(d->size) + " != manifest " + std::to_string(e.size)};
   if (!e.checksum.empty() && d->checksum != e.checksum)
     return {false, "checksum " + d->checksum + " != manifest " + e.checksum};
   if (count_samples) {
-    auto index = BuildSampleIndex(e.resolved);
+    auto index = BuildSampleIndex(e.resolved);  // from the source, not the cache
     if (!index.ok()) return {false, index.status().ToString()};
     if (e.nsamples >= 0 && static_cast<int64_t>(index->samples.size()) != e.nsamples)
       return {false, std::to_string(index->samples.size()) + " samples != manifest " +
@@ -50,9 +70,11 @@ int RunVerify(const VerifyArgs& a) {
     std::cerr << "verify: " << m.status() << "\n";
     return 1;
   }
+  auto cache = MakeCacheOrReport(a.cache, "verify");
+  if (cache == nullptr) return 1;
   std::vector<Verdict> verdicts(m->shards.size());
   ParallelFor(m->shards.size(), a.threads,
-              [&](size_t i) { verdicts[i] = Check(m->shards[i], a.samples); });
+              [&](size_t i) { verdicts[i] = Check(cache.get(), m->shards[i], a.samples); });
   size_t bad = 0;
   nlohmann::json bad_list = nlohmann::json::array();
   for (size_t i = 0; i < verdicts.size(); ++i) {
@@ -66,14 +88,18 @@ int RunVerify(const VerifyArgs& a) {
     if (!a.json) std::cout << "BAD  " << RedactUrl(e.url) << ": " << verdicts[i].problem << "\n";
   }
   if (a.json) {
-    std::cout << nlohmann::json({{"manifest", RedactUrl(a.manifest)},
-                                 {"shards", m->shards.size()},
-                                 {"bad", bad_list}})
-                     .dump()
-              << "\n";
+    nlohmann::json j = {{"manifest", RedactUrl(a.manifest)},
+                        {"shards", m->shards.size()},
+                        {"bad", bad_list}};
+    if (auto stats = CacheStatsJson(cache.get()); !stats.is_null()) j["cache"] = stats;
+    std::cout << j.dump() << "\n";
   } else {
     std::cout << m->shards.size() - bad << " of " << m->shards.size() << " shards ok"
               << (bad ? ", " + std::to_string(bad) + " bad" : "") << "\n";
+  }
+  if (!a.json) {
+    std::string summary = CacheSummary(cache.get());
+    if (!summary.empty()) std::cerr << summary << "\n";
   }
   return bad ? 1 : 0;
 }
@@ -88,6 +114,7 @@ SHARDSTREAM_COMMAND(verify, [](CLI::App& app) {
   sub->add_option("--threads", args->threads, "Shards checked at once (0: one per core)");
   sub->add_flag("--samples", args->samples, "Also read each shard and check its sample count");
   sub->add_flag("--json", args->json, "Print the result as JSON");
+  AddCacheFlags(sub, &args->cache);
   sub->callback([args] { ExitWith(RunVerify(*args)); });
 });
 
