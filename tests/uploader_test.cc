@@ -80,8 +80,16 @@ TEST(UploaderTest, UploadsCommitsAndRestoresFromTheRemoteAlone) {
   auto listed = ListRemoteCheckpoints(*LocalSource(), remote.path());
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->size(), 4u);
-  // Local rotation kept two; the remote keeps all.
+  // Local rotation keeps two once uploads no longer hold older ones (whether
+  // a save found step 1 still uploading depends on timing); the remote keeps all.
+  {
+    auto w = CheckpointWriter::Open(local.path(), CheckpointWriterOptions{nullptr, 2});
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->RotateNow().ok());
+  }
   EXPECT_FALSE(fs::exists(local.Join("ckpt-000001")));
+  EXPECT_FALSE(fs::exists(local.Join("ckpt-000002")));
+  EXPECT_TRUE(fs::exists(local.Join("ckpt-000004")));
 
   fs::remove_all(local.path());
   auto w = CheckpointWriter::Open(local.path());

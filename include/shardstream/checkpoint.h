@@ -181,6 +181,11 @@ class SHARDSTREAM_EXPORT CheckpointWriter {
       int64_t step, const std::vector<std::pair<std::string, std::string>>& files,
       std::string metadata_json = "{}");
 
+  // Applies the rotation policy again. Checkpoints kept only because they
+  // were in_use (still uploading) at the last save go now if no longer in
+  // use; call it after the uploader settles. Not concurrently with a save.
+  Status RotateNow();
+
   // The newest intact checkpoint: local ones newest first (each verified),
   // then the remote's committed ones (downloaded here, verified, committed
   // locally). Corrupt or incomplete ones are skipped with a warning. On

@@ -196,6 +196,15 @@ Result<CheckpointManifest> CheckpointWriter::CommitDirectory(const std::string& 
   return manifest;
 }
 
+Status CheckpointWriter::RotateNow() {
+  auto latest = ReadLatestPointer(*source_, dir_);
+  if (!latest.ok()) {
+    // Nothing saved yet: nothing to rotate.
+    return latest.status().code() == StatusCode::kNotFound ? Status::OK() : latest.status();
+  }
+  return Rotate(*latest);
+}
+
 Status CheckpointWriter::Rotate(const std::string& keep_name) {
   if (options_.keep_last == 0) return Status::OK();
   SHARDSTREAM_ASSIGN_OR_RETURN(auto entries, source_->List(dir_));
