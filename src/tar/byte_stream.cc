@@ -11,6 +11,14 @@
 
 namespace shardstream::internal {
 
+Status ByteStream::Finish() {
+  std::vector<char> sink(size_t{64} << 10);
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, Read(sink.size(), sink.data()));
+    if (n == 0) return Status::OK();
+  }
+}
+
 Result<size_t> PrefixedInput::Read(size_t n, char* out) {
   if (prefix_pos_ < prefix_.size()) {
     size_t k = std::min(n, prefix_.size() - prefix_pos_);
@@ -69,14 +77,6 @@ class DecodedStream final : public ByteStream {
     return static_cast<size_t>(r);
   }
   std::optional<uint64_t> size() const override { return std::nullopt; }
-  Status Finish() override {
-    std::vector<char> sink(size_t{64} << 10);
-    while (true) {
-      SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, Read(sink.size(), sink.data()));
-      if (n == 0) return Status::OK();
-    }
-  }
-
  private:
   ArchivePtr a_;
   std::unique_ptr<ArchiveInput> input_;
@@ -128,14 +128,6 @@ class ZstdStream final : public ByteStream {
     return ob.pos;
   }
   std::optional<uint64_t> size() const override { return std::nullopt; }
-  Status Finish() override {
-    std::vector<char> sink(size_t{64} << 10);
-    while (true) {
-      SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, Read(sink.size(), sink.data()));
-      if (n == 0) return Status::OK();
-    }
-  }
-
  private:
   std::unique_ptr<PrefixedInput> in_;
   ZSTD_DStream* dctx_;

@@ -47,9 +47,11 @@ class ByteStream {
   virtual Result<size_t> Read(size_t n, char* out) = 0;
   // Total decoded size when known without reading (uncompressed shards).
   virtual std::optional<uint64_t> size() const = 0;
-  // Called at the end-of-archive marker. Compressed streams decode what is
-  // left, so a truncated or damaged final frame is still reported.
-  virtual Status Finish() { return Status::OK(); }
+  // Called at the end-of-archive marker: reads the rest of the stream.
+  // Compressed streams so report a truncated or damaged final frame, and a
+  // verifying source (the shard cache checks size and checksum at its last
+  // byte) gets to report a mismatch before the shard counts as read.
+  virtual Status Finish();
 };
 
 // The decoded stream for `in`; `block` is the size of the reads handed to a
