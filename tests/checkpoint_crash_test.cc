@@ -211,7 +211,8 @@ TEST(CheckpointCrashTest, KillsAtRandomMoments) {
   // kills land anywhere from before the first save to a few saves in.
   double start_s = ChildSeconds(dir, 0, kMax);
   double save_s = std::max(1e-5, (ChildSeconds(dir, 20, kMax) - start_s) / 20);
-  const int window_us = static_cast<int>((start_s + 4 * save_s) * 1e6);
+  int window_us = static_cast<int>((start_s + 4 * save_s) * 1e6);
+  int stalled = 0;  // kills in a row that found no new checkpoint
   std::mt19937 rng(12345);
   int64_t previous = -1;
   ExpectConsistent(dir, "calibration", &previous, kMax);
@@ -229,7 +230,15 @@ TEST(CheckpointCrashTest, KillsAtRandomMoments) {
     ExpectConsistent(dir, "kill " + std::to_string(i), &latest, kMax);
     if (::testing::Test::HasFatalFailure()) break;
     ASSERT_GE(latest, previous) << "latest went backwards at kill " << i;
-    if (latest > previous) ++progressed;
+    if (latest > previous) {
+      ++progressed;
+      stalled = 0;
+    } else if (++stalled == 8) {
+      // The calibration underestimated this process's pace (a sanitized
+      // fork, a loaded machine): widen the window so kills reach the saves.
+      window_us *= 2;
+      stalled = 0;
+    }
     previous = latest;
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
