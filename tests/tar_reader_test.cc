@@ -296,6 +296,44 @@ TEST(TarReaderTest, OpenAtSeeksWithBuiltAndSidecarIndex) {
   EXPECT_EQ(stale.status().code(), StatusCode::kCorrupt);
 }
 
+TEST(TarReaderTest, IndexIsExactWhateverTheSampleSizesAndCanBeTurnedOff) {
+  // The index is reserved from the first sample's size: a small first sample
+  // followed by larger ones (and the reverse) must still give every entry.
+  TempDir dir;
+  TarBuilder b;
+  for (int i = 0; i < 300; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof(key), "k%04d", i);
+    size_t n = i < 150 ? 10 + i : 5000 - 3 * i;
+    b.File(std::string(key) + ".bin", RandomBytes(n, i));
+  }
+  std::string shard = dir.Join("s.tar");
+  testing::WriteFile(shard, b.End().bytes());
+  ReadOutcome all = ReadAll(shard);
+  ASSERT_TRUE(all.status.ok()) << all.status;
+  ASSERT_EQ(all.index.samples.size(), 300u);
+  for (size_t i = 1; i < all.index.samples.size(); ++i) {
+    const auto& p = all.index.samples[i - 1];
+    EXPECT_EQ(p.offset + p.length, all.index.samples[i].offset) << i;
+  }
+  EXPECT_EQ(all.index.samples[299].key, "k0299");
+
+  TarReaderOptions o;
+  o.build_index = false;
+  auto r = TarReader::Open(shard, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  Sample s;
+  int n = 0;
+  while (true) {
+    auto got = (*r)->Next(&s);
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (!*got) break;
+    ++n;
+  }
+  EXPECT_EQ(n, 300);
+  EXPECT_TRUE((*r)->index().samples.empty());
+}
+
 TEST(TarReaderTest, OpenAtOnCompressedShardSkipsAhead) {
   TempDir dir;
   TarBuilder b;

@@ -67,6 +67,9 @@ struct TarReaderOptions {
   size_t chunk_size = size_t{4} << 20;
   // Source used by the url-taking factories. Default: DefaultSource().
   Source* source = nullptr;
+  // Record each sample in index() as it is read. A caller that never asks
+  // for the index (the Loader) turns it off: no allocation per sample.
+  bool build_index = true;
 };
 
 // What a reader has seen. Skips are counted here and logged.

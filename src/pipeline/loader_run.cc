@@ -40,6 +40,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   lc.tar.policy = opt_.error_policy;
   lc.tar.engine = opt_.engine;
   lc.tar.chunk_size = opt_.read_chunk;
+  lc.tar.build_index = false;  // the plan already knows where samples are
   lc.tar.source = opt_.source;
   lc.cache = opt_.cache.get();
   lc.ring = static_cast<size_t>(std::max<int64_t>(opt_.shard_queue, 1));

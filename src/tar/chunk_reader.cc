@@ -1,21 +1,47 @@
 #include "tar/chunk_reader.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
 namespace shardstream::internal {
 
 struct ChunkReader::Pool {
-  explicit Pool(size_t size) : size(size) {}
+  explicit Pool(size_t size) : size(size), max_free(std::max<size_t>(4, kMaxFreeBytes / size)) {}
   ~Pool() {
     for (char* p : free) delete[] p;
   }
   const size_t size;
+  const size_t max_free;
   std::mutex mu;
-  std::vector<char*> free;  // at most kMaxFree
-  static constexpr size_t kMaxFree = 4;
+  std::vector<char*> free;  // at most max_free
+  // Free chunks kept per chunk size: enough for a shard switch (the old
+  // reader's chunks become the new one's) without holding much memory.
+  static constexpr size_t kMaxFreeBytes = size_t{16} << 20;
 };
+
+namespace {
+// One pool per chunk size for the whole process: a reader per shard would
+// otherwise fault in fresh chunks for every shard, which costs more than
+// reading a small shard.
+std::shared_ptr<ChunkReader::Pool> SharedPool(size_t size) {
+  static std::mutex mu;
+  static std::map<size_t, std::weak_ptr<ChunkReader::Pool>>* pools =
+      new std::map<size_t, std::weak_ptr<ChunkReader::Pool>>();  // never destroyed: exit order
+  static std::vector<std::shared_ptr<ChunkReader::Pool>>* keep =
+      new std::vector<std::shared_ptr<ChunkReader::Pool>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& w = (*pools)[size];
+  if (auto p = w.lock()) return p;
+  auto p = std::make_shared<ChunkReader::Pool>(size);
+  w = p;
+  // The few sizes in use stay pooled; rare sizes beyond that are not kept.
+  if (keep->size() < 4) keep->push_back(p);
+  return p;
+}
+}  // namespace
 
 std::shared_ptr<char> ChunkReader::NewChunk() {
   char* p = nullptr;
@@ -33,7 +59,7 @@ std::shared_ptr<char> ChunkReader::NewChunk() {
   return std::shared_ptr<char>(p, [pool](char* q) {
     {
       std::lock_guard<std::mutex> lock(pool->mu);
-      if (pool->free.size() < Pool::kMaxFree) {
+      if (pool->free.size() < pool->max_free) {
         pool->free.push_back(q);
         return;
       }
@@ -49,7 +75,7 @@ std::shared_ptr<char> NewBuffer(size_t n) {
 }  // namespace
 
 ChunkReader::ChunkReader(ByteStream* in, size_t chunk_size, uint64_t base_offset)
-    : in_(in), chunk_size_(chunk_size), pool_(std::make_shared<Pool>(chunk_size)),
+    : in_(in), chunk_size_(chunk_size), pool_(SharedPool(chunk_size)),
       offset_(base_offset) {}
 
 Result<size_t> ChunkReader::Fill() {

@@ -152,12 +152,20 @@ class TarReaderImpl final : public TarReader {
     ++stats_.samples;
     stats_.fields += s->fields.size();
     for (const Field& f : s->fields) stats_.field_bytes += f.data.size();
-    SampleIndexEntry e;
+    if (!options_.build_index) return true;
+    auto& v = index_.samples;
+    if (v.empty() && index_.shard_size > 0 && end_offset > s->offset) {
+      // Room for the whole shard, judged by its first sample, so the index
+      // is not regrown (and copied) a dozen times on the way.
+      uint64_t guess = index_.shard_size / (end_offset - s->offset) + 16;
+      v.reserve(static_cast<size_t>(std::min<uint64_t>(guess, uint64_t{1} << 18)));
+    }
+    v.emplace_back();
+    SampleIndexEntry& e = v.back();
     e.offset = s->offset;
     e.length = end_offset - s->offset;
     e.nfields = static_cast<uint32_t>(s->fields.size());
     e.key = s->key;
-    index_.samples.push_back(std::move(e));
     return true;
   }
 
