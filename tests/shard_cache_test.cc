@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -422,6 +423,45 @@ TEST_F(ShardCacheTest, UnknownSizeAndChecksumWork) {
   std::string buf(10, '\0');
   ASSERT_EQ(*(*file)->ReadAt(1000, 10, buf.data()), 10u);
   EXPECT_EQ(buf, contents_[0].substr(1000, 10));
+}
+
+// A cache file system whose directory sync waits for a gate: an entry's
+// publication can be held back at will.
+class GatedSyncFs final : public SourceWrapper {
+ public:
+  GatedSyncFs() : SourceWrapper(LocalSource()) {}
+  Status SyncDir(const std::string& url) override {
+    waiting = true;
+    while (!open) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    waiting = false;
+    return SourceWrapper::SyncDir(url);
+  }
+  std::atomic<bool> open{false}, waiting{false};
+};
+
+TEST_F(ShardCacheTest, UnknownSizeReaderEndsAtTheSourceSizeWithoutWaitingForPublication) {
+  // A shard named without a size (a bare url): the download learns its size
+  // from the source, and a reader following it is done at that size, not
+  // when the entry has been synced and published.
+  MakeShards(1, 300000);
+  ShardRef bare(std::string(kRemotePrefix) + "shard-000.tar");
+  auto fs = std::make_shared<GatedSyncFs>();
+  auto o = Options(10 << 20);
+  o.fs = fs;
+  o.sync_entries = true;
+  auto cache = NewCache(o);
+  auto data = ReadThroughCache(*cache, bare);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[0]);
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty() || fs->waiting.load());
+  fs->open = true;
+  cache->WaitIdle();
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 1u);
+  auto again = ReadThroughCache(*cache, bare);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, contents_[0]);
+  EXPECT_EQ(cache->stats().hits, 1u);
+  EXPECT_EQ(TotalFetches(), 1);
 }
 
 TEST_F(ShardCacheTest, MissingShardIsNotFoundFromOpen) {

@@ -308,6 +308,7 @@ void ShardCache::Impl::RunDownload(Download& d) {
       d.temp_path = temp;
       d.generation++;
       d.written = 0;
+      d.size = size;
     }
     d.cv.notify_all();
 

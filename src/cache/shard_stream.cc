@@ -152,6 +152,13 @@ class ShardStream final : public CachedShard {
         impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
         return got;
       }
+      if (ref_.size < 0 && generation_ == d.generation && d.size >= 0 &&
+          pos_ >= static_cast<uint64_t>(d.size)) {
+        // The whole shard, by the source's own size (Content-Length): done
+        // without waiting for the entry to be synced and published. Bytes
+        // past that size fail the download, never this reader's data.
+        return size_t{0};
+      }
       if (d.done) {
         if (d.uncached) {
           lock.unlock();
