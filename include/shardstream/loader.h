@@ -131,6 +131,14 @@ class SHARDSTREAM_EXPORT Loader {
   // On failure returns kConfig when the manifest's sample counts are unknown
   // (brace patterns), so nothing can be tracked.
   Result<LoaderState> state() const;
+  // This consumer's share as a state of its own: state() plus every
+  // position outside this consumer's plan counted as delivered, so only what
+  // this consumer still owes is left. Restored on a single-consumer loader it
+  // reads exactly that, without the other consumers' states (a DataLoader
+  // worker under StatefulDataLoader gets back only its own). The own states
+  // of all consumers of a plan join by intersecting their delivered sets.
+  // Padding copies are not owed (they are not recorded). Fails as state().
+  Result<LoaderState> own_state() const;
   // Continues the epoch of `state` with exactly its undelivered samples,
   // split over this loader's topology. On failure returns kConfig when the
   // state is of another data set or seed.

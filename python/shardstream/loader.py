@@ -222,6 +222,15 @@ class Loader:
         """What of the epoch next() has returned so far, as JSON text (see restore)."""
         return self._native.state()
 
+    def own_state(self) -> str:
+        """This consumer's share, as JSON text: state() with every position
+        outside this consumer's plan counted as delivered. Restored on a
+        single-consumer Loader (world_size=1, num_workers=1) it reads exactly
+        what this consumer still owes; the shares of all consumers of a plan
+        join by intersecting their delivered sets (``shardstream.torch``
+        does both)."""
+        return self._native.own_state()
+
     def restore(self, state: Union[str, Sequence[str]]) -> None:
         """Resumes an epoch with exactly the samples not yet delivered.
 

@@ -21,6 +21,8 @@ to the pool when the last tensor viewing it is freed.
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -115,11 +117,14 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._kwargs = dict(loader_kwargs)
         self._rank, self._world = rank, world_size
         self._epoch = epoch            # the epoch the next __iter__ reads
-        self._pending: Optional[List[str]] = None  # states to restore at the next __iter__
+        self._pending: Optional[Dict[str, Any]] = None  # a state dict to restore at the next __iter__
+        self._iters_since_load = 0
         self._loader: Optional[Loader] = None
         self._pid: Optional[int] = None
         self._topo: Optional[Tuple[int, int, int, int]] = None
         self._active = False           # an epoch is under way (begun, not finished)
+        self._me: Tuple[int, int] = (0, 1)  # (consumer, consumers) of the epoch under way
+        self._ended: Optional[Dict[str, Any]] = None  # a worker's state after its epoch ended
 
     # -- topology and the native loader ------------------------------------
     def _current_topology(self) -> Tuple[int, int, int, int]:
@@ -130,8 +135,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
             world = self._world
         return rank, world, worker, workers
 
-    def _native(self) -> Loader:
-        topo = self._current_topology()
+    def _native(self, solo: bool = False) -> Loader:
+        # solo: a single-consumer loader, for a consumer that resumes its own
+        # share from its own state (see __iter__).
+        topo = (0, 1, 0, 1) if solo else self._current_topology()
         if self._loader is not None and self._pid == os.getpid() and self._topo == topo:
             return self._loader
         if self._loader is not None and self._pid == os.getpid():
@@ -150,6 +157,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         """Reads epoch ``epoch`` at the next iteration (drops a pending resume state)."""
         self._epoch = int(epoch)
         self._pending = None
+        self._ended = None
         self._active = False
 
     @property
@@ -159,13 +167,51 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         """This consumer's batches of the epoch (a pending resume state first)."""
-        loader = self._native()
-        if self._pending is not None:
-            loader.restore(self._pending)
+        self._iters_since_load += 1
+        if self._pending is not None and self._pending.get("ended") and self._iters_since_load > 1:
+            # StatefulDataLoader restoring an epoch that had ended makes one
+            # iterator from the restored state and drops it unstarted; the
+            # next one starts the next epoch.
+            self._epoch = int(self._pending["epoch"]) + 1
             self._pending = None
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Dict[str, Any]]:
+        pending, self._pending = self._pending, None
+        self._ended = None
+        rank, world, worker, workers = self._current_topology()
+        me = (rank * workers + worker, world * workers)
+        if pending is not None and pending.get("ended"):
+            # This consumer had finished the epoch: nothing is left of it.
+            self._me = me
+            self._end_epoch(int(pending["epoch"]), _merge_entries(pending["consumers"]))
+            return
+        if pending is None:
+            loader = self._native()
+            if not self._active or loader.epoch != self._epoch:
+                loader.set_epoch(self._epoch)
+        elif int(pending["version"]) == 1:
+            loader = self._native()
+            loader.restore(pending["consumers"])
+        else:
+            entry = _merge_entries(pending["consumers"])
+            if entry["members"] == list(range(entry["of"])):
+                # Every consumer's share: the rest is split over this topology.
+                loader = self._native()
+            elif entry["members"] == [me[0]] and entry["of"] == me[1]:
+                # Only this consumer's own share (a DataLoader worker under
+                # StatefulDataLoader, or a rank's own dict): read exactly it.
+                loader = self._native(solo=True)
+            else:
+                raise ValueError(
+                    f"{STATE_FORMAT}: the state covers consumers {entry['members']} of "
+                    f"{entry['of']}, but consumer {me[0]} of {me[1]} needs either its own state or "
+                    "every consumer's (merge the ranks' and workers' states with merge_state_dicts "
+                    "or gather_state_dict)")
+            loader.restore(entry["state"])
+        if pending is not None:
             self._epoch = loader.epoch
-        elif not self._active or loader.epoch != self._epoch:
-            loader.set_epoch(self._epoch)
+        self._me = me
         self._active = True
         single = self.batch_size is None
         while True:
@@ -173,8 +219,19 @@ class ShardDataset(torch.utils.data.IterableDataset):
             if parts is None:
                 break
             yield _to_torch(parts, single)
+        self._end_epoch(self._epoch, {"members": [me[0]], "of": me[1], "state": loader.own_state()}
+                        if torch.utils.data.get_worker_info() is not None else None)
+
+    def _end_epoch(self, epoch: int, entry: Optional[Dict[str, Any]]) -> None:
+        # In a DataLoader worker the state stays "this share of the epoch is
+        # done" (with the share, so it merges): StatefulDataLoader may restore
+        # it while other workers still read the epoch, when "next epoch" would
+        # make this worker start reading the next one.
         self._active = False
-        self._epoch += 1
+        self._epoch = epoch + 1
+        if entry is not None and torch.utils.data.get_worker_info() is not None:
+            self._ended = {"format": STATE_FORMAT, "version": 2, "epoch": epoch,
+                           "consumers": [entry], "ended": True}
 
     def __len__(self) -> int:
         """Batches (or samples, when batch_size is None) per epoch for this process.
@@ -182,38 +239,49 @@ class ShardDataset(torch.utils.data.IterableDataset):
         Inside a DataLoader worker: that worker's share. Raises TypeError when
         the manifest has no sample counts (brace patterns).
         """
+        if self._active and self._loader is not None and self._pid == os.getpid():
+            return len(self._loader)  # the epoch under way (perhaps a resumed share)
         return len(self._native())
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
         """This consumer's resume state (torchdata StatefulDataLoader protocol).
 
-        ``{"format", "version", "epoch", "consumers": [state JSON, ...]}``. An
-        exactly-once resume needs the states of every consumer of the epoch:
-        use :func:`gather_state_dict` under torch.distributed, or
-        :func:`merge_state_dicts` on the ranks' saved dicts.
+        ``{"format", "version": 2, "epoch", "consumers": [share, ...]}``; a
+        share is ``{"members": [consumer, ...], "of": consumers, "state": JSON}``:
+        the state of consumers ``members`` (rank * num_workers + worker) of a
+        layout of ``of`` consumers, where everything those consumers do not
+        still owe counts as delivered. Loaded alone into the same consumer it
+        resumes exactly that consumer's rest (this is what StatefulDataLoader
+        does per worker); merged over every consumer (:func:`merge_state_dicts`,
+        :func:`gather_state_dict`) it resumes on any topology. Between epochs:
+        no shares, ``epoch`` is the next one.
         """
-        consumers: List[str] = []
         if self._pending is not None:
-            consumers = list(self._pending)
-        elif self._active and self._loader is not None and self._pid == os.getpid():
-            consumers = [self._loader.state()]
-        return {"format": STATE_FORMAT, "version": 1, "epoch": self._epoch,
-                "consumers": consumers}
+            return copy.deepcopy(self._pending)
+        if self._active and self._loader is not None and self._pid == os.getpid():
+            entry = {"members": [self._me[0]], "of": self._me[1], "state": self._loader.own_state()}
+            return {"format": STATE_FORMAT, "version": 2, "epoch": self._epoch,
+                    "consumers": [entry]}
+        if self._ended is not None:
+            return copy.deepcopy(self._ended)
+        return {"format": STATE_FORMAT, "version": 2, "epoch": self._epoch, "consumers": []}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resumes from :meth:`state_dict` output (possibly merged over ranks) at the next iteration.
+        """Resumes from :meth:`state_dict` output at the next iteration.
 
-        The not yet delivered samples are split over the current topology, which
-        may differ from the saved one (other world size or worker count).
+        This consumer's own state resumes exactly its rest; a state merged over
+        every consumer splits the undelivered samples over the current
+        topology, which may differ from the saved one (other world size or
+        worker count). A state of some consumers only is refused at the next
+        iteration. Version 1 dicts (one state per consumer, merged by union)
+        are still read.
         """
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a {STATE_FORMAT} dict")
-        if int(state.get("version", 0)) != 1:
-            raise ValueError(f"unsupported {STATE_FORMAT} version {state.get('version')}")
+        state = _check_state_dict(state)
         self._epoch = int(state["epoch"])
-        consumers = list(state.get("consumers") or [])
-        self._pending = consumers or None
+        self._pending = state if state["consumers"] else None
+        self._iters_since_load = 0
+        self._ended = None
         self._active = False
 
     # -- pickling into DataLoader workers -----------------------------------
@@ -260,18 +328,124 @@ def passthrough(batch: Any) -> Any:
     return batch
 
 
+def _check_state_dict(state: Mapping[str, Any]) -> Dict[str, Any]:
+    if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+        raise ValueError(f"not a {STATE_FORMAT} dict")
+    version = int(state.get("version", 0))
+    if version not in (1, 2):
+        raise ValueError(f"unsupported {STATE_FORMAT} version {state.get('version')}")
+    out = copy.deepcopy(dict(state))
+    out["consumers"] = list(out.get("consumers") or [])
+    if version == 2:
+        for entry in out["consumers"]:
+            if not (isinstance(entry, Mapping) and {"members", "of", "state"} <= set(entry)):
+                raise ValueError(f"{STATE_FORMAT}: malformed share {entry!r:.200}")
+    return out
+
+
+def _intersect(a: List[List[int]], b: List[List[int]]) -> List[List[int]]:
+    out: List[List[int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append([lo, hi])
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _merge_entries(entries: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """One share from the shares of disjoint consumers of one layout.
+
+    A position is delivered when no consumer still owes it, so the delivered
+    sets intersect (each share counts the others' positions as delivered).
+    """
+    entries = list(entries)
+    if len(entries) == 1:
+        e = entries[0]
+        return {"members": sorted(int(m) for m in e["members"]), "of": int(e["of"]),
+                "state": e["state"]}
+    layouts = {int(e["of"]) for e in entries}
+    if len(layouts) > 1:
+        raise ValueError(f"{STATE_FORMAT}: shares of different layouts ({sorted(layouts)} consumers)")
+    members = [int(m) for e in entries for m in e["members"]]
+    if len(set(members)) != len(members):
+        raise ValueError(f"{STATE_FORMAT}: a consumer's share given twice ({sorted(members)})")
+    states = [json.loads(e["state"]) for e in entries]
+    header = {k: v for k, v in states[0]["resume"].items() if k != "delivered"}
+    delivered = states[0]["resume"]["delivered"]
+    partial: Dict[Tuple[int, int], Any] = {}
+    for st in states:
+        other = {k: v for k, v in st["resume"].items() if k != "delivered"}
+        if other != header:
+            raise ValueError(f"{STATE_FORMAT}: shares of different epochs or data sets: "
+                             f"{header} vs {other}")
+        delivered = _intersect(delivered, st["resume"]["delivered"])
+        for p in st.get("partial") or []:
+            partial[(p["shard"], p["sample"])] = p
+    merged = dict(states[0])
+    merged["resume"] = dict(header, delivered=delivered)
+    merged["partial"] = list(partial.values())
+    return {"members": sorted(members), "of": layouts.pop(), "state": json.dumps(merged)}
+
+
 def merge_state_dicts(states: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """One state dict from the state dicts of every consumer (rank, worker) of an epoch."""
-    states = list(states)
+    """One state dict from the state dicts of consumers (rank, worker) of an epoch.
+
+    Merge every consumer's for a resume on another topology (merging in steps,
+    e.g. a rank's workers and then the ranks, is fine).
+    """
+    states = [_check_state_dict(s) for s in states]
     if not states:
         raise ValueError("no state dicts to merge")
-    epochs = {int(s["epoch"]) for s in states if s.get("consumers")}
+    epochs = {int(s["epoch"]) for s in states if s["consumers"]}
     if len(epochs) > 1:
         raise ValueError(f"state dicts of different epochs: {sorted(epochs)}")
-    consumers = [c for s in states for c in s.get("consumers") or []]
     epoch = epochs.pop() if epochs else max(int(s["epoch"]) for s in states)
-    merged = [merge_states(consumers)] if consumers else []
-    return {"format": STATE_FORMAT, "version": 1, "epoch": epoch, "consumers": merged}
+    versions = {int(s["version"]) for s in states if s["consumers"]}
+    if versions == {1}:
+        consumers = [c for s in states for c in s["consumers"]]
+        return {"format": STATE_FORMAT, "version": 1, "epoch": epoch,
+                "consumers": [merge_states(consumers)]}
+    if len(versions) > 1:
+        raise ValueError(f"{STATE_FORMAT}: cannot merge version 1 and version 2 dicts")
+    live = [s for s in states if s["consumers"]]
+    if not live:
+        return {"format": STATE_FORMAT, "version": 2, "epoch": epoch, "consumers": []}
+    entry = _merge_entries([e for s in live for e in s["consumers"]])
+    if all(s.get("ended") for s in live):
+        if entry["members"] == list(range(entry["of"])):
+            # Every consumer finished: between epochs.
+            return {"format": STATE_FORMAT, "version": 2, "epoch": epoch + 1, "consumers": []}
+        return {"format": STATE_FORMAT, "version": 2, "epoch": epoch, "consumers": [entry],
+                "ended": True}
+    return {"format": STATE_FORMAT, "version": 2, "epoch": epoch, "consumers": [entry]}
+
+
+def state_dict_from_stateful_dataloader(state: Mapping[str, Any]) -> Dict[str, Any]:
+    """The data set's state, merged over the workers, from ``StatefulDataLoader.state_dict()``.
+
+    Load it into the data set (``ds.load_state_dict``) before building a
+    DataLoader with another worker count, which StatefulDataLoader's own
+    ``load_state_dict`` refuses. Needs ``snapshot_every_n_steps=1`` (the
+    default) with workers: an older worker snapshot would repeat samples.
+    """
+    if "_snapshot" not in state:  # num_workers=0: the data set's own state
+        ds_state = state.get("dataset_state")
+        if ds_state is None:
+            raise ValueError("no data set state in this StatefulDataLoader state")
+        return merge_state_dicts([ds_state])
+    if int(state.get("_steps_since_snapshot", 0)) != 0:
+        raise ValueError(f"the worker states are {state['_steps_since_snapshot']} batches older "
+                         "than the state: use snapshot_every_n_steps=1")
+    workers = state["_snapshot"]["_worker_snapshots"]
+    dicts = [w["dataset_state"] for w in workers.values()]
+    if any(d is None for d in dicts):
+        raise ValueError("a worker's state has no data set state")
+    return merge_state_dicts(dicts)
 
 
 def gather_state_dict(dataset: ShardDataset) -> Dict[str, Any]:
@@ -288,4 +462,4 @@ def gather_state_dict(dataset: ShardDataset) -> Dict[str, Any]:
 
 
 __all__ = ["ShardDataset", "topology", "local_topology", "merge_state_dicts", "gather_state_dict",
-           "passthrough"]
+           "state_dict_from_stateful_dataloader", "passthrough"]

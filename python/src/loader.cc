@@ -174,6 +174,11 @@ class PyLoader {
     return ValueOrThrow(loader_->state()).ToJson();
   }
 
+  std::string OwnState() {
+    Quiesce(/*keep_result=*/true);
+    return ValueOrThrow(loader_->own_state()).ToJson();
+  }
+
   void Restore(const std::string& json) {
     LoaderState st = ValueOrThrow(LoaderState::FromJson(json));
     Quiesce();
@@ -279,6 +284,8 @@ void RegisterLoader(py::module_& m) {
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def_property_readonly("epoch", &PyLoader::Epoch)
       .def("state", &PyLoader::State, "The delivered part of the epoch, as JSON text.")
+      .def("own_state", &PyLoader::OwnState,
+           "This consumer's share: the state with everything outside its plan delivered.")
       .def("restore", &PyLoader::Restore, py::arg("state_json"))
       .def("samples_per_epoch", &PyLoader::SamplesPerEpoch)
       .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)

@@ -314,6 +314,25 @@ Result<LoaderState> Loader::state() const {
   return s;
 }
 
+Result<LoaderState> Loader::own_state() const {
+  SHARDSTREAM_ASSIGN_OR_RETURN(LoaderState s, state());
+  // Positions of this plan, sorted: whatever lies between them belongs to
+  // other consumers, to an earlier plan (the base), or to nobody (dropped).
+  std::vector<std::pair<int64_t, int64_t>> mine;
+  for (const ShardRange& r : impl_->plan.ranges)
+    if (!r.repeat && r.position >= 0 && r.size() > 0)
+      mine.emplace_back(r.position, r.position + r.size());
+  std::sort(mine.begin(), mine.end());
+  int64_t at = 0;
+  for (const auto& [begin, end] : mine) {
+    if (begin > at) s.resume.delivered.emplace_back(at, begin);
+    at = std::max(at, end);
+  }
+  if (at < s.resume.positions()) s.resume.delivered.emplace_back(at, s.resume.positions());
+  s.resume.Normalize();  // once: AddDelivered would re-sort for every gap
+  return s;
+}
+
 Status Loader::restore(const LoaderState& state) {
   if (impl_->stopped) return Status::Cancelled("loader stopped");
   SHARDSTREAM_RETURN_IF_ERROR(impl_->Plan(&state.resume, state.resume.epoch));
