@@ -14,6 +14,8 @@
 #include <random>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "shardstream/checkpoint.h"
 #include "shardstream/http_source.h"
 #include "shardstream/s3.h"
@@ -184,6 +186,159 @@ TEST_F(RemoteS3CheckpointTest, UploaderKilledMidMultipartLeavesNothingCommitted)
   EXPECT_TRUE(VerifyCheckpoint(*DefaultSource(), JoinUrl(remote, m->name), *m).ok());
 }
 
+// A writer and an uploader wired together (as the Python manager does).
+struct Wired {
+  std::unique_ptr<Uploader> uploader;
+  std::unique_ptr<CheckpointWriter> writer;
+};
+Wired Wire(const std::string& local, const std::string& remote, UploaderOptions uo) {
+  Wired p;
+  auto u = Uploader::Create(local, remote, std::move(uo));
+  EXPECT_TRUE(u.ok()) << u.status();
+  p.uploader = std::move(*u);
+  CheckpointWriterOptions o;
+  o.keep_last = 2;
+  Uploader* up = p.uploader.get();
+  o.in_use = [up](const std::string& n) { return up->InUse(n); };
+  o.on_commit = [up](const CheckpointManifest& m) { up->Enqueue(m.name); };
+  auto w = CheckpointWriter::Open(local, o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  p.writer = std::move(*w);
+  return p;
+}
+
+// Every key under an s3 prefix url, relative to it.
+std::vector<std::string> Keys(S3Client& client, const std::string& prefix) {
+  auto all = client.List(prefix + "/", true);
+  EXPECT_TRUE(all.ok()) << all.status();
+  std::vector<std::string> out;
+  if (all.ok())
+    for (const auto& f : *all) out.push_back(f.url.substr(prefix.size() + 1));
+  return out;
+}
+
+TEST_F(RemoteS3CheckpointTest, RestoreFromTheRemoteAloneSkipsUncommittedAndCorrupt) {
+  TempDir local;
+  // A nested remote: its listing needs '/' in the prefix, which moto only
+  // takes without it (the client lists wider and groups keys itself).
+  const std::string remote = "s3://ckpt/runs/restore";
+  {
+    Wired p = Wire(local.path(), remote, {});
+    for (int step = 1; step <= 4; ++step)
+      ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step, 100000)).ok());
+    ASSERT_TRUE(p.uploader->Wait(60000).ok());
+  }
+  // Pages of two keys: the listing crosses many continuation tokens.
+  S3Options small = Options();
+  small.list_page_size = 2;
+  std::shared_ptr<Source> paged = NewS3Source(*S3Client::Make(small));
+  auto committed = ListRemoteCheckpoints(*paged, remote);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  ASSERT_EQ(committed->size(), 4u);
+  EXPECT_EQ((*committed)[0].name, CheckpointName(1));
+  EXPECT_EQ((*committed)[3].name, CheckpointName(4));
+
+  // The instance is gone; only the remote is left.
+  fs::remove_all(local.path());
+  {
+    auto w = CheckpointWriter::Open(local.path());
+    ASSERT_TRUE(w.ok()) << w.status();
+    RestoreOptions ro;
+    ro.remote = remote;
+    ro.remote_source = paged;
+    auto r = (*w)->RestoreLatest(ro);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->from_remote);
+    EXPECT_EQ(r->manifest.step, 4);
+    EXPECT_TRUE(r->skipped.empty());
+    EXPECT_EQ(CheckStepFiles(*LocalSource(), r->url, r->manifest, 100000), "");
+  }
+
+  // Step 4 loses its marker (the hint still names it) and step 3 a byte after
+  // its commit: a restore through the environment's source takes step 2.
+  auto client = Client();
+  ASSERT_TRUE(client->Delete(remote + "/" + CheckpointName(4) + "/COMMIT").ok());
+  std::string f = remote + "/" + CheckpointName(3) + "/model.bin";
+  auto data = ReadFileToString(*DefaultSource(), f);
+  ASSERT_TRUE(data.ok()) << data.status();
+  (*data)[100] ^= 1;
+  ASSERT_TRUE(client->Put(f, *data).ok());
+  EXPECT_EQ(*ReadLatestPointer(*DefaultSource(), remote), CheckpointName(4));
+  fs::remove_all(local.path());
+  auto w = CheckpointWriter::Open(local.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  RestoreOptions ro;
+  ro.remote = remote;
+  auto r = (*w)->RestoreLatest(ro);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->from_remote);
+  EXPECT_EQ(r->manifest.step, 2);
+  EXPECT_EQ(CheckStepFiles(*LocalSource(), r->url, r->manifest, 100000), "");
+  ASSERT_EQ(r->skipped.size(), 1u);
+  EXPECT_NE(r->skipped[0].find(CheckpointName(3)), std::string::npos) << r->skipped[0];
+  EXPECT_NE(r->skipped[0].find("model.bin"), std::string::npos) << r->skipped[0];
+  EXPECT_FALSE(fs::exists(local.Join(CheckpointName(3))));
+
+  // The CLI on the same remote: ls shows the committed ones, pull the newest.
+  std::string out;
+  // (RunCommand adds 2>&1; the warnings must stay out of the JSON.)
+  ASSERT_EQ(RunCommand("(" + CliPath() + " ckpt ls --remote --json " + remote + " 2>/dev/null)",
+                       &out), 0) << out;
+  auto ls = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(ls.is_array()) << out;
+  ASSERT_EQ(ls.size(), 3u) << out;
+  EXPECT_EQ(ls[0]["name"], CheckpointName(1));
+  EXPECT_EQ(ls[2]["name"], CheckpointName(3));
+  EXPECT_EQ(ls[2]["latest"], false);  // the hint names step 4, which is not committed
+  TempDir other;
+  ASSERT_EQ(RunCommand("(" + CliPath() + " ckpt pull --json " + remote + " " + other.Join("ck") +
+                           " 2>/dev/null)", &out), 0) << out;
+  auto pull = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(pull.is_object()) << out;
+  EXPECT_EQ(pull["name"], CheckpointName(2));
+  EXPECT_EQ(pull["from_remote"], true);
+  EXPECT_NE(pull["skipped"].dump().find(CheckpointName(3)), std::string::npos) << out;
+  auto pulled = ReadCheckpointManifest(*LocalSource(), other.Join("ck/" + CheckpointName(2)));
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(CheckStepFiles(*LocalSource(), other.Join("ck/" + CheckpointName(2)), *pulled, 100000),
+            "");
+}
+
+TEST_F(RemoteS3CheckpointTest, RemoteRotationDeletesEveryKeyOfOldCheckpoints) {
+  TempDir local;
+  const std::string remote = "s3://ckpt/rotated";
+  UploaderOptions uo;
+  uo.keep_last = 2;
+  uo.keep_every_steps = 3;
+  {
+    Wired p = Wire(local.path(), remote, uo);
+    for (int step = 1; step <= 7; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
+    ASSERT_TRUE(p.uploader->Wait(60000).ok());
+  }
+  std::vector<std::string> want;
+  for (int step : {3, 6, 7})
+    for (const char* f : {"COMMIT", "data_state.json", "manifest.json", "model.bin", "optim.bin"})
+      want.push_back(CheckpointName(step) + "/" + f);
+  want.push_back("latest");
+  auto client = Client();
+  EXPECT_EQ(Keys(*client, remote), want);
+  auto committed = ListRemoteCheckpoints(*DefaultSource(), remote);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  ASSERT_EQ(committed->size(), 3u);
+  for (const auto& m : *committed)
+    EXPECT_EQ(CheckStepFiles(*DefaultSource(), JoinUrl(remote, m.name), m), "") << m.name;
+
+  // `ckpt push --keep-last 1` rotates the same way.
+  std::string out;
+  ASSERT_EQ(RunCommand(CliPath() + " ckpt push --keep-last 1 " + local.path() + " " + remote +
+                           " 2>&1", &out), 0) << out;
+  committed = ListRemoteCheckpoints(*DefaultSource(), remote);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  ASSERT_EQ(committed->size(), 1u);
+  EXPECT_EQ((*committed)[0].name, CheckpointName(7));
+  EXPECT_EQ(Keys(*client, remote).size(), 6u);
+}
+
 // ---- http(s):// PUT through the fault server -------------------------------
 
 struct HttpRemote {
@@ -236,6 +391,28 @@ TEST(RemoteHttpCheckpointTest, PutUploadsSurviveFaultsAndRestoreFromTheHintAlone
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_TRUE(restored->from_remote);
   EXPECT_EQ(CheckStepFiles(*LocalSource(), restored->url, restored->manifest, 200000), "");
+}
+
+TEST(RemoteHttpCheckpointTest, RotationDeletesWhatThisUploaderCommitted) {
+  HttpRemote r;
+  TempDir local;
+  auto w = CheckpointWriter::Open(local.path(), CheckpointWriterOptions{nullptr, 0});
+  for (int step = 1; step <= 3; ++step) ASSERT_TRUE((*w)->SaveFiles(step, StepFiles(step)).ok());
+  UploaderOptions o = r.Options();
+  o.keep_last = 1;
+  auto u = Uploader::Create(local.path(), r.remote, o);
+  ASSERT_TRUE(u.ok());
+  for (int step = 1; step <= 3; ++step) ASSERT_TRUE((*u)->UploadNow(CheckpointName(step)).ok());
+  // No listing over http: the checkpoints this uploader committed are deleted
+  // through DELETE, marker first; directories stay (the server has none to delete).
+  for (int step = 1; step <= 2; ++step)
+    for (const char* f : {"COMMIT", "manifest.json", "model.bin", "optim.bin", "data_state.json"})
+      EXPECT_FALSE(fs::exists(r.root.Join("remote/" + CheckpointName(step) + "/" + f))) << step << f;
+  EXPECT_TRUE(fs::exists(r.root.Join("remote/" + CheckpointName(3) + "/COMMIT")));
+  auto listed = ListRemoteCheckpoints(*r.source, r.remote);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name, CheckpointName(3));
 }
 
 TEST(RemoteHttpCheckpointTest, PersistentFailuresNeverCommit) {

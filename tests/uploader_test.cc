@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <thread>
@@ -354,6 +355,90 @@ TEST(UploaderTest, ReuploadOfChangedContentRemovesTheOldMarkerFirst) {
   auto committed = ListRemoteCheckpoints(*LocalSource(), remote.path());
   ASSERT_TRUE(committed.ok());
   EXPECT_TRUE(committed->empty());
+}
+
+// The checkpoint directories on a file:// remote.
+std::vector<std::string> RemoteDirs(const std::string& remote) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(remote))
+    if (ParseCheckpointName(e.path().filename().string())) out.push_back(e.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(UploaderTest, RemoteRotationKeepsTheNewestAndEveryMthStep) {
+  testing::TempDir local, remote;
+  UploaderOptions uo;
+  uo.keep_last = 2;
+  uo.keep_every_steps = 3;
+  {
+    Pair p = Wire(local.path(), remote.path(), uo);
+    for (int step = 1; step <= 7; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
+    ASSERT_TRUE(p.uploader->Wait(10000).ok());
+  }
+  // Whole directories go; the policy is the writer's: newest two, every third.
+  EXPECT_EQ(RemoteDirs(remote.path()),
+            (std::vector<std::string>{"ckpt-000003", "ckpt-000006", "ckpt-000007"}));
+  EXPECT_EQ(testing::ReadFile(remote.Join("latest")), "ckpt-000007\n");
+  ExpectRemoteHonest(remote.path());
+  auto listed = ListRemoteCheckpoints(*LocalSource(), remote.path());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 3u);
+
+  // keep_last 0 (the default) keeps everything.
+  testing::TempDir local2, remote2;
+  {
+    Pair p = Wire(local2.path(), remote2.path(), {});
+    for (int step = 1; step <= 4; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
+    ASSERT_TRUE(p.uploader->Wait(10000).ok());
+  }
+  EXPECT_EQ(RemoteDirs(remote2.path()).size(), 4u);
+}
+
+TEST(UploaderTest, RemoteRotationNeverDeletesWhatLatestNames) {
+  testing::TempDir local, remote;
+  {
+    Pair p = Wire(local.path(), remote.path(), {}, 0);
+    for (int step = 1; step <= 3; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
+    ASSERT_TRUE(p.uploader->Wait(10000).ok());
+  }
+  // Someone pointed the hint back at step 1 (a rollback); this uploader does
+  // not move it.
+  testing::WriteFile(remote.Join("latest"), "ckpt-000001\n");
+  UploaderOptions uo;
+  uo.keep_last = 1;
+  uo.write_latest_hint = false;
+  Pair p = Wire(local.path(), remote.path(), uo, 0);
+  ASSERT_TRUE(p.writer->SaveFiles(4, StepFiles(4)).ok());
+  ASSERT_TRUE(p.uploader->Wait(10000).ok());
+  EXPECT_EQ(RemoteDirs(remote.path()), (std::vector<std::string>{"ckpt-000001", "ckpt-000004"}));
+  ExpectRemoteHonest(remote.path());
+}
+
+TEST(UploaderTest, RemoteRotationDeletesTheMarkerFirst) {
+  testing::TempDir local, remote;
+  auto dest = std::make_shared<FaultSource>(LocalSource());
+  // Deleting step 1's files fails for good after its marker went.
+  dest->FailNthErrno(FaultSource::Op::kRemove, 1, EIO, true, "ckpt-000001/model.bin");
+  UploaderOptions uo;
+  uo.remote_source = dest;
+  uo.keep_last = 1;
+  uo.attempts = 1;
+  {
+    Pair p = Wire(local.path(), remote.path(), uo, 0);
+    for (int step = 1; step <= 2; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
+    // Rotation failing is logged; the upload itself succeeded.
+    ASSERT_TRUE(p.uploader->Wait(10000).ok());
+  }
+  // Half deleted: model.bin is still there, the marker is not, so the remote
+  // does not present step 1 as complete and a restore takes step 2.
+  EXPECT_TRUE(fs::exists(remote.Join("ckpt-000001/model.bin")));
+  EXPECT_FALSE(fs::exists(remote.Join("ckpt-000001/COMMIT")));
+  auto listed = ListRemoteCheckpoints(*LocalSource(), remote.path());
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name, "ckpt-000002");
+  ExpectRemoteHonest(remote.path());
 }
 
 }  // namespace

@@ -107,6 +107,17 @@ struct UploaderOptions {
   bool write_latest_hint = true;
   // Stream chunk size. Default: 4 MiB.
   size_t chunk_size = 4u << 20;
+  // Remote rotation, run after each commit marker is durable (the same policy
+  // as CheckpointWriterOptions): keeps the newest keep_last committed
+  // checkpoints on the remote, every one whose step is a multiple of
+  // keep_every_steps (0: none), the one just committed and the one `latest`
+  // names; older ones are deleted, commit marker first, so a half-deleted
+  // one is never presented as complete. Failures are logged, not returned.
+  // Remotes that cannot list (http) rotate what this Uploader committed.
+  // 0 keeps every checkpoint. Default: 0 (the Python CheckpointManager and
+  // `shardstream ckpt push --keep-last` pass the local policy).
+  int keep_last = 0;
+  int64_t keep_every_steps = 0;  // Default: 0.
 };
 
 class SHARDSTREAM_EXPORT Uploader {

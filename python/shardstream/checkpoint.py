@@ -75,19 +75,24 @@ class CheckpointManager:
     sources) receives every committed checkpoint in the background, with a
     commit marker written last. Rotation keeps the newest ``keep_last`` and,
     with ``every_steps``, also every multiple of it (never deleting what is
-    still uploading). ``should_save`` follows ``every_steps`` and/or
-    ``every_minutes``.
+    still uploading). The remote is rotated with the same policy after each
+    commit marker is up (marker deleted first), unless ``remote_keep_last``
+    says otherwise (0: the remote keeps every checkpoint). ``should_save``
+    follows ``every_steps`` and/or ``every_minutes``.
     """
 
     def __init__(self, local_dir: Union[str, os.PathLike], remote: Optional[str] = None,
                  keep_last: int = 3, every_steps: Optional[int] = None,
-                 every_minutes: Optional[float] = None, keep_every_steps: int = 0) -> None:
+                 every_minutes: Optional[float] = None, keep_every_steps: int = 0,
+                 remote_keep_last: Optional[int] = None) -> None:
         self.local_dir = os.fspath(local_dir)
         self.remote = remote
         self.every_steps = every_steps
         self.every_minutes = every_minutes
+        if remote_keep_last is None:
+            remote_keep_last = keep_last
         self._native = _core.CheckpointWriter(self.local_dir, keep_last, keep_every_steps,
-                                              remote or "")
+                                              remote or "", remote_keep_last, keep_every_steps)
         self._last_save_time = time.monotonic()
         self._async: Optional[threading.Thread] = None
         self._async_error: Optional[BaseException] = None

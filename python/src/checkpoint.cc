@@ -93,10 +93,15 @@ class PySave {
 class PyCheckpointWriter {
  public:
   PyCheckpointWriter(const std::string& dir, int keep_last, int64_t keep_every_steps,
-                     const std::string& remote)
+                     const std::string& remote, int remote_keep_last,
+                     int64_t remote_keep_every_steps)
       : remote_(remote) {
-    if (!remote.empty())
-      uploader_ = ValueOrThrow(Unlocked([&] { return Uploader::Create(dir, remote); }));
+    if (!remote.empty()) {
+      UploaderOptions uo;
+      uo.keep_last = remote_keep_last;
+      uo.keep_every_steps = remote_keep_every_steps;
+      uploader_ = ValueOrThrow(Unlocked([&] { return Uploader::Create(dir, remote, uo); }));
+    }
     CheckpointWriterOptions o;
     o.keep_last = keep_last;
     o.keep_every_steps = keep_every_steps;
@@ -200,8 +205,9 @@ void RegisterCheckpoint(py::module_& m) {
       .def("abort", &PySave::Abort);
   py::class_<PyCheckpointWriter>(m, "CheckpointWriter",
                                  "Native checkpoint writer; use shardstream.CheckpointManager.")
-      .def(py::init<const std::string&, int, int64_t, const std::string&>(), py::arg("dir"),
-           py::arg("keep_last"), py::arg("keep_every_steps"), py::arg("remote"))
+      .def(py::init<const std::string&, int, int64_t, const std::string&, int, int64_t>(),
+           py::arg("dir"), py::arg("keep_last"), py::arg("keep_every_steps"), py::arg("remote"),
+           py::arg("remote_keep_last") = 0, py::arg("remote_keep_every_steps") = 0)
       .def("begin_save", &PyCheckpointWriter::BeginSave, py::arg("step"),
            py::arg("metadata_json") = "{}")
       .def("restore_latest", &PyCheckpointWriter::RestoreLatest, py::arg("verify") = true)

@@ -102,6 +102,7 @@ struct Uploader::Impl {
   std::condition_variable cv;
   std::map<std::string, UploadStatus> items;          // by name (step order)
   std::map<std::string, Clock::time_point> retry_at;  // failed ones
+  std::set<std::string> committed;  // committed on the remote by this uploader
   std::thread thread;
   bool stopping = false;
   std::atomic<bool> cancel{false};
@@ -247,7 +248,22 @@ struct Uploader::Impl {
     });
   }
 
+  // Uploads and commits `name`, then rotates the remote (also when it was
+  // already up: its marker is durable either way).
   Status UploadOne(const std::string& name, uint64_t* bytes) {
+    SHARDSTREAM_RETURN_IF_ERROR(UploadAndCommit(name, bytes));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      committed.insert(name);
+    }
+    // The checkpoint is committed whatever rotation does: it only logs.
+    Status r = RotateRemote(name);
+    if (!r.ok())
+      internal::Log().warn("remote checkpoint rotation in {}: {}", RedactUrl(remote), r.ToString());
+    return Status::OK();
+  }
+
+  Status UploadAndCommit(const std::string& name, uint64_t* bytes) {
     std::string ldir = JoinUrl(local_dir, name);
     std::string rdir = JoinUrl(remote, name);
     SHARDSTREAM_ASSIGN_OR_RETURN(std::string mtext,
@@ -283,6 +299,76 @@ struct Uploader::Impl {
       if (!s.ok()) internal::Log().warn("remote latest hint not written: {}", s.ToString());
     }
     return Status::OK();
+  }
+
+  // Deletes committed remote checkpoints outside the keep policy. Never the
+  // one just committed, the newest committed or the one `latest` names.
+  Status RotateRemote(const std::string& just_committed) {
+    if (o.keep_last <= 0) return Status::OK();
+    SHARDSTREAM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all,
+                                 ListRemoteCheckpoints(*o.remote_source, remote));
+    // Remotes that cannot list (http) show only the hint's checkpoint; add
+    // the ones this uploader committed (still checked for their marker).
+    std::set<std::string> listed;
+    for (const auto& m : all) listed.insert(m.name);
+    std::set<std::string> mine;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      mine = committed;
+    }
+    for (const auto& n : mine) {
+      if (listed.count(n)) continue;
+      auto m = ReadRemoteCommitted(*o.remote_source, remote, n);
+      if (m.ok()) all.push_back(std::move(*m));
+    }
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+    auto hint = ReadLatestPointer(*o.remote_source, remote);
+    const size_t n = all.size();
+    Status first;
+    for (size_t i = 0; i < n; ++i) {
+      const CheckpointManifest& m = all[i];
+      bool keep = i + static_cast<size_t>(o.keep_last) >= n || m.name == just_committed ||
+                  (hint.ok() && *hint == m.name) ||
+                  (o.keep_every_steps > 0 && m.step % o.keep_every_steps == 0);
+      if (keep) continue;
+      if (cancel.load()) break;  // Stop(): the next commit rotates again
+      Status s = RemoveRemote(m);
+      if (s.ok()) {
+        internal::Log().info("rotated remote checkpoint {}", RedactUrl(JoinUrl(remote, m.name)));
+        std::lock_guard<std::mutex> l(mu);
+        committed.erase(m.name);
+      } else if (first.ok()) {
+        first = s.WithContext("deleting remote checkpoint " + m.name);
+      }
+    }
+    return first;
+  }
+
+  // The marker goes first and durably: from then on the checkpoint is
+  // incomplete to every reader, so deleting its files can stop anywhere.
+  Status RemoveRemote(const CheckpointManifest& m) {
+    Source& rs = *o.remote_source;
+    std::string rdir = JoinUrl(remote, m.name);
+    auto gone = [](const Status& s) { return s.ok() || s.code() == StatusCode::kNotFound; };
+    Status s = rs.Remove(JoinUrl(rdir, internal::kCommitName));
+    if (!gone(s)) return s;
+    SHARDSTREAM_RETURN_IF_ERROR(SyncRemoteDir(rdir));
+    std::set<std::string> urls;
+    for (const auto& f : m.files) urls.insert(JoinUrl(rdir, f.name));
+    urls.insert(JoinUrl(rdir, internal::kManifestName));
+    // Stray files (an earlier round of other content) go too, where listable.
+    auto entries = rs.List(rdir);
+    if (entries.ok())
+      for (const auto& e : *entries)
+        if (!e.is_dir) urls.insert(e.url);
+    for (const auto& u : urls) {
+      s = rs.Remove(u);
+      if (!gone(s)) return s;
+    }
+    // Object stores and http have no directories to remove.
+    s = rs.RemoveDir(rdir);
+    if (!gone(s) && s.code() != StatusCode::kConfig) return s;
+    return SyncRemoteDir(remote);
   }
 
   // Picks the next checkpoint to upload (lowest step first). Under mu.
@@ -345,6 +431,8 @@ Result<std::unique_ptr<Uploader>> Uploader::Create(std::string local_dir, std::s
   if (!options.remote_source) options.remote_source = DefaultSource();
   if (options.chunk_size == 0 || options.part_threads < 1 || options.attempts < 1)
     return Status::Config("uploader: chunk_size, part_threads and attempts must be positive");
+  if (options.keep_last < 0 || options.keep_every_steps < 0)
+    return Status::Config("uploader: keep_last and keep_every_steps must be >= 0");
   while (remote.size() > 1 && remote.back() == '/') remote.pop_back();
   auto impl = std::make_unique<Impl>();
   impl->local_dir = std::move(local_dir);

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <set>
 
 #include "common/log.h"
 #include "http/http_client.h"
@@ -56,6 +58,11 @@ struct S3Client::Impl {
   S3Options options;
   AwsCredentials creds;
   std::shared_ptr<internal::HttpClient> http;
+  // The server rejected a listing with '/' in its query (see List).
+  std::atomic<bool> slash_queries_rejected{false};
+
+  Result<std::vector<FileInfo>> ListPages(const std::string& bucket, const std::string& prefix,
+                                          bool delimit, const std::string& s3url);
 
   std::string HttpUrl(std::string_view bucket, std::string_view key,
                       std::string_view query = {}) const {
@@ -167,21 +174,24 @@ Result<std::string> S3Client::GetRange(const std::string& url, uint64_t offset, 
   return std::move(resp->body);
 }
 
-Result<std::vector<FileInfo>> S3Client::List(const std::string& prefix_url, bool recursive) {
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto loc, internal::ParseS3Url(prefix_url));
+// Every page of ListObjectsV2 for `prefix` (a key prefix) with an optional
+// delimiter, unsorted.
+Result<std::vector<FileInfo>> S3Client::Impl::ListPages(const std::string& bucket,
+                                                       const std::string& prefix,
+                                                       bool delimit, const std::string& s3url) {
   std::vector<FileInfo> out;
   std::string token;
-  const std::string base = "s3://" + loc.bucket + "/";
+  const std::string base = "s3://" + bucket + "/";
   while (true) {
-    std::string query = "list-type=2&prefix=" + S3UriEncode(loc.key, true);
-    if (!recursive) query += "&delimiter=%2F";
-    if (impl_->options.list_page_size != 1000)
-      query += "&max-keys=" + std::to_string(impl_->options.list_page_size);
+    std::string query = "list-type=2&prefix=" + S3UriEncode(prefix, true);
+    if (delimit) query += "&delimiter=%2F";
+    if (options.list_page_size != 1000)
+      query += "&max-keys=" + std::to_string(options.list_page_size);
     if (!token.empty()) query += "&continuation-token=" + S3UriEncode(token, true);
     HttpRequest req;
-    req.url = impl_->HttpUrl(loc.bucket, "", query);
+    req.url = HttpUrl(bucket, "", query);
     SHARDSTREAM_ASSIGN_OR_RETURN(HttpResponse resp,
-                                 impl_->Do(req, prefix_url, std::string(internal::kEmptySha256)));
+                                 Do(req, s3url, std::string(internal::kEmptySha256)));
     size_t pos = 0;
     while (true) {
       std::string item = XmlText(resp.body, "Contents", &pos);
@@ -206,7 +216,56 @@ Result<std::vector<FileInfo>> S3Client::List(const std::string& prefix_url, bool
     token = XmlText(resp.body, "NextContinuationToken");
     if (token.empty()) break;
   }
-  std::sort(out.begin(), out.end(), [](const FileInfo& a, const FileInfo& b) { return a.url < b.url; });
+  return out;
+}
+
+Result<std::vector<FileInfo>> S3Client::List(const std::string& prefix_url, bool recursive) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto loc, internal::ParseS3Url(prefix_url));
+  const std::string& key = loc.key;
+  auto by_url = [](const FileInfo& a, const FileInfo& b) { return a.url < b.url; };
+  // The exact request first: one page per 1000 entries of this level only.
+  // Servers that verify signatures over a decoded query string (moto: a bug,
+  // botocore's listings fail there the same way) reject any signed listing
+  // with '/' in a query value, i.e. a prefix with '/' or delimiter=%2F, as
+  // SignatureDoesNotMatch although the signature is right (sigv4_test). Such
+  // a server accepts a prefix without '/': list recursively from the part of
+  // the key before its first '/', keep the keys under `key` and group them
+  // into "directories" here. A client that needed it once keeps doing so.
+  bool slash_in_query = !recursive || key.find('/') != std::string::npos;
+  if (slash_in_query && !impl_->slash_queries_rejected.load()) {
+    auto exact = impl_->ListPages(loc.bucket, key, !recursive, prefix_url);
+    if (exact.ok()) {
+      std::sort(exact->begin(), exact->end(), by_url);
+      return exact;
+    }
+    const Status& s = exact.status();
+    if (s.code() != StatusCode::kAuth ||
+        s.message().find("SignatureDoesNotMatch") == std::string::npos)
+      return s;
+  }
+  SHARDSTREAM_ASSIGN_OR_RETURN(
+      std::vector<FileInfo> wide,
+      impl_->ListPages(loc.bucket, key.substr(0, key.find('/')), false, prefix_url));
+  if (slash_in_query && !impl_->slash_queries_rejected.exchange(true))
+    internal::Log().info("s3: {} rejects listings with '/' in the query; listing recursively "
+                         "and grouping keys locally", RedactUrl(impl_->options.endpoint));
+  const std::string base = "s3://" + loc.bucket + "/";
+  const std::string under = base + key;
+  std::vector<FileInfo> out;
+  std::set<std::string> dirs;
+  for (auto& f : wide) {
+    if (f.url.compare(0, under.size(), under) != 0) continue;
+    size_t slash = recursive ? std::string::npos : f.url.find('/', under.size());
+    if (slash == std::string::npos) {
+      out.push_back(std::move(f));
+    } else if (dirs.insert(f.url.substr(0, slash + 1)).second) {
+      FileInfo d;
+      d.url = f.url.substr(0, slash + 1);
+      d.is_dir = true;
+      out.push_back(std::move(d));
+    }
+  }
+  std::sort(out.begin(), out.end(), by_url);
   return out;
 }
 

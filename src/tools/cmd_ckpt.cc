@@ -37,6 +37,8 @@ struct Args {
   uint64_t part_size = 16ull << 20;
   int part_threads = 4;
   double abort_stale_after_s = -1;
+  int keep_last = 0;
+  int64_t keep_every_steps = 0;
 };
 
 int Ls(const Args& a) {
@@ -121,6 +123,8 @@ int Push(const Args& a) {
   o.multipart_threshold = a.multipart_threshold;
   o.part_size = a.part_size;
   o.part_threads = a.part_threads;
+  o.keep_last = a.keep_last;
+  o.keep_every_steps = a.keep_every_steps;
   if (UrlScheme(a.remote) == "file") o.multipart = NewSourceMultipartSink(DefaultSource(), a.remote);
   auto u = Uploader::Create(a.dir, a.remote, o);
   if (!u.ok()) return Fail(u.status(), a.json);
@@ -193,6 +197,11 @@ SHARDSTREAM_COMMAND(ckpt, [](CLI::App& app) {
   push->add_option("--abort-stale-after", args->abort_stale_after_s,
                    "first abort multipart uploads under the remote older than this many seconds "
                    "(left by a killed uploader)");
+  push->add_option("--keep-last", args->keep_last,
+                   "after each commit, delete older remote checkpoints beyond the newest N "
+                   "(default 0: keep all)");
+  push->add_option("--keep-every-steps", args->keep_every_steps,
+                   "with --keep-last, also keep steps that are multiples of this");
   push->add_flag("--json", args->json, "print JSON");
   push->callback([args] { ExitWith(Push(*args)); });
 });

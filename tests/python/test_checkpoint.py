@@ -1,9 +1,14 @@
 """shardstream.CheckpointManager: torch state streamed into atomic local
 checkpoints, rotation, save_async snapshots, background upload to a file://
-remote, restore from the remote and past a corrupt checkpoint."""
+remote and to s3:// (moto, authentication enforced), remote rotation, restore
+from the remote alone and past a corrupt checkpoint."""
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -82,6 +87,87 @@ def test_background_upload_then_restore_from_remote_alone(tmp_path):
     got = mgr.load_latest()
     assert got["step"] == 6 and mgr.last_restored["from_remote"]
     mgr.close()
+
+
+def test_remote_rotation_follows_keep_last(tmp_path):
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    with shardstream.CheckpointManager(local, remote=f"file://{remote}", keep_last=2) as mgr:
+        for step in range(1, 6):
+            mgr.save(step, state_for(step))
+        mgr.wait(timeout=60)
+    assert sorted(p for p in os.listdir(remote) if p.startswith("ckpt-")) == \
+        ["ckpt-000004", "ckpt-000005"]
+    remote2 = tmp_path / "remote2"
+    with shardstream.CheckpointManager(tmp_path / "l2", remote=f"file://{remote2}", keep_last=1,
+                                       remote_keep_last=0) as mgr:
+        for step in range(1, 4):
+            mgr.save(step, state_for(step))
+        mgr.wait(timeout=60)
+    assert len([p for p in os.listdir(remote2) if p.startswith("ckpt-")]) == 3
+
+
+@pytest.fixture
+def moto_s3(monkeypatch):
+    """moto's S3 server with authentication enforced, a bucket "ckpt", and the
+    AWS_* environment pointing at it."""
+    import boto3
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.1)
+        endpoint = f"http://127.0.0.1:{port}"
+        setup = os.path.join(os.path.dirname(__file__), "..", "servers", "moto_setup.py")
+        out = subprocess.check_output([sys.executable, setup, endpoint], text=True).split()
+        keys = dict(zip(out[::2], out[1::2]))
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["access_key"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["secret_key"])
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=keys["access_key"],
+                          aws_secret_access_key=keys["secret_key"])
+        s3.create_bucket(Bucket="ckpt")
+        yield s3
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_s3_upload_rotation_and_restore_from_the_remote_alone(tmp_path, moto_s3):
+    local = tmp_path / "local"
+    remote = "s3://ckpt/runs/py"
+    with shardstream.CheckpointManager(local, remote=remote, keep_last=2) as mgr:
+        for step in (1, 2, 3):
+            mgr.save(step, state_for(step))
+        mgr.wait(timeout=120)
+        assert {u["name"]: u["state"] for u in mgr.status()["uploads"]}["ckpt-000003"] == "done"
+    keys = sorted(o["Key"] for o in moto_s3.list_objects_v2(Bucket="ckpt")["Contents"])
+    assert keys == ["runs/py/ckpt-000002/COMMIT", "runs/py/ckpt-000002/manifest.json",
+                    "runs/py/ckpt-000002/state.pt", "runs/py/ckpt-000003/COMMIT",
+                    "runs/py/ckpt-000003/manifest.json", "runs/py/ckpt-000003/state.pt",
+                    "runs/py/latest"]
+    shutil.rmtree(local)
+    with shardstream.CheckpointManager(local, remote=remote) as mgr:
+        got = mgr.load_latest(map_location="cpu")
+        assert got["step"] == 3 and torch.equal(got["w"], torch.full((64, 64), 3.0))
+        assert mgr.last_restored["from_remote"] and mgr.last_restored["skipped"] == []
+    # The newest loses its marker: the one before is restored.
+    moto_s3.delete_object(Bucket="ckpt", Key="runs/py/ckpt-000003/COMMIT")
+    shutil.rmtree(local)
+    with shardstream.CheckpointManager(local, remote=remote) as mgr:
+        got = mgr.load_latest(map_location="cpu")
+        assert got["step"] == 2 and mgr.last_restored["from_remote"]
 
 
 def test_data_and_model_resume_together(manifest, total, tmp_path):
