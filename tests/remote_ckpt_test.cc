@@ -274,9 +274,12 @@ TEST_F(RemoteS3CheckpointTest, RestoreFromTheRemoteAloneSkipsUncommittedAndCorru
   EXPECT_TRUE(r->from_remote);
   EXPECT_EQ(r->manifest.step, 2);
   EXPECT_EQ(CheckStepFiles(*LocalSource(), r->url, r->manifest, 100000), "");
-  ASSERT_EQ(r->skipped.size(), 1u);
-  EXPECT_NE(r->skipped[0].find(CheckpointName(3)), std::string::npos) << r->skipped[0];
-  EXPECT_NE(r->skipped[0].find("model.bin"), std::string::npos) << r->skipped[0];
+  // Both are reported, newest first: step 4 without its marker, step 3 corrupt.
+  ASSERT_EQ(r->skipped.size(), 2u);
+  EXPECT_NE(r->skipped[0].find(CheckpointName(4)), std::string::npos) << r->skipped[0];
+  EXPECT_NE(r->skipped[0].find("no commit marker"), std::string::npos) << r->skipped[0];
+  EXPECT_NE(r->skipped[1].find(CheckpointName(3)), std::string::npos) << r->skipped[1];
+  EXPECT_NE(r->skipped[1].find("model.bin"), std::string::npos) << r->skipped[1];
   EXPECT_FALSE(fs::exists(local.Join(CheckpointName(3))));
 
   // The CLI on the same remote: ls shows the committed ones, pull the newest.

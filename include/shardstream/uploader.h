@@ -163,6 +163,10 @@ class SHARDSTREAM_EXPORT Uploader {
 // oldest first (incomplete ones are left out).
 SHARDSTREAM_EXPORT Result<std::vector<CheckpointManifest>> ListRemoteCheckpoints(
     Source& source, const std::string& remote);
+// The same; `uncommitted` (if not null) receives the names of checkpoints
+// present without a commit marker (an upload unfinished or interrupted).
+SHARDSTREAM_EXPORT Result<std::vector<CheckpointManifest>> ListRemoteCheckpoints(
+    Source& source, const std::string& remote, std::vector<std::string>* uncommitted);
 // The committed manifest of remote checkpoint `name`; kNotFound without a
 // marker, kCorrupt if the marker does not match the manifest.
 SHARDSTREAM_EXPORT Result<CheckpointManifest> ReadRemoteCommitted(Source& source,

@@ -83,10 +83,20 @@ Result<RestoreResult> CheckpointWriter::RestoreLatest(const RestoreOptions& o) {
   };
   auto try_remote = [&]() -> bool {
     std::shared_ptr<Source> rs = o.remote_source ? o.remote_source : DefaultSource();
-    auto committed = ListRemoteCheckpoints(*rs, o.remote);
+    std::vector<std::string> uncommitted;
+    auto committed = ListRemoteCheckpoints(*rs, o.remote, &uncommitted);
     if (!committed.ok()) {
       skip(RedactUrl(o.remote), committed.status());
       return false;
+    }
+    // Newer than every committed one: an upload that never finished.
+    const int64_t newest = committed->empty() ? -1 : committed->back().step;
+    for (const auto& n : uncommitted) {
+      auto step = ParseCheckpointName(n);
+      if (step && *step > newest)
+        skip("remote " + n, Status(StatusCode::kNotFound,
+                                   "no commit marker on " + RedactUrl(JoinUrl(o.remote, n)) +
+                                       " (its upload did not finish)"));
     }
     for (auto it = committed->rbegin(); it != committed->rend(); ++it) {
       const CheckpointManifest& m = *it;

@@ -61,6 +61,12 @@ Result<CheckpointManifest> ReadRemoteCommitted(Source& source, const std::string
 
 Result<std::vector<CheckpointManifest>> ListRemoteCheckpoints(Source& source,
                                                               const std::string& remote) {
+  return ListRemoteCheckpoints(source, remote, nullptr);
+}
+
+Result<std::vector<CheckpointManifest>> ListRemoteCheckpoints(Source& source,
+                                                              const std::string& remote,
+                                                              std::vector<std::string>* uncommitted) {
   auto listed = source.List(remote);
   // Plain http(s) remotes cannot list (kConfig): only the hint finds them.
   if (!listed.ok() && listed.status().code() != StatusCode::kConfig) return listed.status();
@@ -86,6 +92,8 @@ Result<std::vector<CheckpointManifest>> ListRemoteCheckpoints(Source& source,
       out.push_back(std::move(*m));
     } else if (m.status().code() != StatusCode::kNotFound) {
       internal::Log().warn("remote checkpoint {} is not committed: {}", n, m.status().ToString());
+    } else if (uncommitted != nullptr) {
+      uncommitted->push_back(n);
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });

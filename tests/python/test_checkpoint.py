@@ -168,6 +168,8 @@ def test_s3_upload_rotation_and_restore_from_the_remote_alone(tmp_path, moto_s3)
     with shardstream.CheckpointManager(local, remote=remote) as mgr:
         got = mgr.load_latest(map_location="cpu")
         assert got["step"] == 2 and mgr.last_restored["from_remote"]
+        assert any("ckpt-000003" in s and "no commit marker" in s
+                   for s in mgr.last_restored["skipped"]), mgr.last_restored["skipped"]
 
 
 def test_data_and_model_resume_together(manifest, total, tmp_path):
