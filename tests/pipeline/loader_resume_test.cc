@@ -87,6 +87,44 @@ TEST(LoaderResumeTest, ResumeWithAnotherTopology) {
   EXPECT_LE(delivered.size() + rest.size(), 240u);
 }
 
+TEST(LoaderResumeTest, OwnStateRestoredAloneOwesExactlyThatConsumersRest) {
+  // A DataLoader worker under StatefulDataLoader gets back only its own
+  // state: restored on a single-consumer loader, it must yield exactly what
+  // that worker had not yet delivered, nothing of the other workers' shares.
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{6, 40});
+  std::multiset<int64_t> everything;
+  for (int w = 0; w < 3; ++w) {
+    LoaderOptions o = FieldOptions(d.manifest);
+    o.shuffle_buffer = 16;
+    o.num_workers = 3;
+    o.worker = w;
+    const auto share = DrainIds(Loader::Create(o)->get());
+    auto l = *Loader::Create(o);
+    auto head = DrainIds(l.get(), 1 + w);
+    auto own = l->own_state();
+    ASSERT_TRUE(own.ok()) << own.status();
+    auto parsed = LoaderState::FromJson(own->ToJson());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    l.reset();
+    LoaderOptions alone = FieldOptions(d.manifest);
+    alone.shuffle_buffer = 16;
+    auto b = *Loader::Create(alone);
+    ASSERT_TRUE(b->restore(*parsed).ok());
+    auto rest = DrainIds(b.get());
+    std::vector<int64_t> got = head;
+    got.insert(got.end(), rest.begin(), rest.end());
+    std::sort(got.begin(), got.end());
+    std::vector<int64_t> want = share;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want) << "worker " << w;
+    everything.insert(got.begin(), got.end());
+  }
+  // The three shares together: the epoch, each sample once.
+  EXPECT_EQ(everything.size(), 240u);
+  EXPECT_EQ(std::set<int64_t>(everything.begin(), everything.end()).size(), 240u);
+}
+
 TEST(LoaderResumeTest, RestoreRejectsAnotherSeed) {
   TempDir dir;
   auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 10});
