@@ -31,17 +31,7 @@ struct Verdict {
 // against the manifest itself, failing with kChecksum on a mismatch).
 Result<FileDigest> DigestCached(ShardCache& cache, const ShardEntry& e, const std::string& algo) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto in, cache.Open(ShardRef::FromEntry(e)));
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto hasher, Hasher::Create(algo));
-  std::vector<char> buf(size_t{4} << 20);
-  FileDigest d;
-  while (true) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in->Read(buf.size(), buf.data()));
-    if (n == 0) break;
-    hasher->Update(buf.data(), n);
-    d.size += n;
-  }
-  d.checksum = hasher->Finish();
-  return d;
+  return DigestStream(*in, algo);
 }
 
 Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {

@@ -60,20 +60,25 @@ struct FileDigest {
   uint64_t size = 0;
   std::string checksum;
 };
-inline Result<FileDigest> DigestFile(Source& source, const std::string& url,
-                                     const std::string& algorithm = "xxh3_128") {
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto in, source.OpenInputStream(url, 0));
+// Size and checksum of everything `in` delivers.
+inline Result<FileDigest> DigestStream(InputStream& in, const std::string& algorithm) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto hasher, Hasher::Create(algorithm));
   std::vector<char> buf(size_t{4} << 20);
   FileDigest d;
   while (true) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in->Read(buf.size(), buf.data()));
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in.Read(buf.size(), buf.data()));
     if (n == 0) break;
     hasher->Update(buf.data(), n);
     d.size += n;
   }
   d.checksum = hasher->Finish();
   return d;
+}
+
+inline Result<FileDigest> DigestFile(Source& source, const std::string& url,
+                                     const std::string& algorithm = "xxh3_128") {
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto in, source.OpenInputStream(url, 0));
+  return DigestStream(*in, algorithm);
 }
 
 inline std::string HumanBytes(uint64_t n) {
