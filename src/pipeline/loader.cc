@@ -184,7 +184,10 @@ MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
   e.read = lanes * 4 * chunk;
   // Samples in the lane rings, and in the shuffle buffer: a shuffled sample
   // may keep its whole read chunk alive, bounded here by twice its size.
-  const double ring = static_cast<double>(lanes) * static_cast<double>(std::max<int64_t>(o.shard_queue, 1));
+  const size_t queue = static_cast<size_t>(std::max<int64_t>(o.shard_queue, 1));
+  // A lane's ring, plus the batch the assembler has taken from it.
+  const double ring = static_cast<double>(lanes) *
+                      static_cast<double>(queue + internal::ShardLanes::TakeBatch(queue));
   const double shuffle = static_cast<double>(std::max<int64_t>(o.shuffle_buffer, 1));
   e.buffered = static_cast<uint64_t>(ring * avg + shuffle * std::min(2 * avg, static_cast<double>(chunk)));
   // Allocator slack (per-thread arenas, fragmentation from fields copied

@@ -12,6 +12,7 @@
 #ifndef SHARDSTREAM_PIPELINE_SHARD_LANES_H_
 #define SHARDSTREAM_PIPELINE_SHARD_LANES_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -67,7 +68,9 @@ class ShardLanes {
 
   void Start();
   // Waits for lane l's next item and swaps it into *out. Returns false after
-  // Stop().
+  // Stop(). Items leave the ring in batches of TakeBatch(ring) (one lock per
+  // batch), so a lane holds up to ring + TakeBatch(ring) samples.
+  static size_t TakeBatch(size_t ring) { return std::max<size_t>(1, std::min<size_t>(16, ring / 4)); }
   bool Pop(int l, LaneItem* out);
   // Stops and joins the reader threads; idempotent.
   void Stop();
@@ -81,6 +84,9 @@ class ShardLanes {
     std::vector<size_t> ranges;
     std::vector<LaneItem> ring;
     size_t head = 0, count = 0;   // guarded by group->mu
+    // Consumer side: items already taken from the ring, not yet popped.
+    std::vector<LaneItem> taken;
+    size_t taken_pos = 0, taken_count = 0;
     bool finished = false;        // reader side: nothing more to produce
     // Reader-thread state.
     size_t next_range = 0;
