@@ -261,7 +261,7 @@ TEST(UploaderTest, MultipartPartFailingForGoodAbortsTheUpload) {
 TEST(UploaderTest, DestroyedMidUploadNeverCommits) {
   testing::TempDir local, remote;
   auto dest = std::make_shared<FaultSource>(LocalSource());
-  dest->SetDelayMicros(2000);  // slow destination: ~2 ms per call
+  dest->SetDelayMicros(5000);  // slow destination: ~5 ms per call, 64 parts
   UploaderOptions uo;
   uo.remote_source = dest;
   uo.multipart = NewSourceMultipartSink(dest, remote.path());
@@ -270,10 +270,16 @@ TEST(UploaderTest, DestroyedMidUploadNeverCommits) {
   uo.part_threads = 2;
   Pair p = Wire(local.path(), remote.path(), uo);
   ASSERT_TRUE(p.writer->SaveFiles(1, StepFiles(1, 1 << 18)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  auto st = p.uploader->StatusOf("ckpt-000001");
+  // Wait (not a fixed sleep: a loaded machine may start the upload late)
+  // until the upload is under way.
+  std::optional<UploadStatus> st;
+  for (int i = 0; i < 10000; ++i) {
+    st = p.uploader->StatusOf("ckpt-000001");
+    if (st && st->state != UploadState::kPending) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->state, UploadState::kUploading);
+  ASSERT_EQ(st->state, UploadState::kUploading);
   auto t0 = std::chrono::steady_clock::now();
   p.uploader.reset();  // mid-upload
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));  // prompt
