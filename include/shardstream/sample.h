@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardstream/export.h"
@@ -48,6 +49,15 @@ struct Sample {
     uint64_t n = 0;
     for (const Field& f : fields) n += f.data.size();
     return n;
+  }
+  // Member-wise: the pipeline moves samples between its stages by swapping,
+  // which the generic three-move swap makes several times dearer.
+  friend void swap(Sample& a, Sample& b) noexcept {
+    a.key.swap(b.key);
+    a.url.swap(b.url);
+    std::swap(a.index, b.index);
+    std::swap(a.offset, b.offset);
+    a.fields.swap(b.fields);
   }
 };
 

@@ -39,6 +39,14 @@ struct LaneItem {
   int64_t shard = -1;  // manifest index of the sample's shard
   Sample sample;
   Status status;
+  // Member-wise (the shuffle buffer and the rings swap items).
+  friend void swap(LaneItem& a, LaneItem& b) noexcept {
+    using std::swap;
+    swap(a.kind, b.kind);
+    swap(a.shard, b.shard);
+    swap(a.sample, b.sample);
+    swap(a.status, b.status);
+  }
 };
 
 struct LaneConfig {
