@@ -37,6 +37,21 @@ TEST(BufferPoolTest, ReusesSlotsWithoutNewAllocations) {
   EXPECT_EQ(pool->kind(), HostMemoryKind::kPageable);
 }
 
+TEST(BufferPoolTest, PreallocateAllocatesEverySlotInCreate) {
+  auto o = Small(3);
+  o.preallocate = true;
+  auto pool = *BufferPool::Create(o);
+  EXPECT_EQ(pool->stats().allocations, 3u);  // before any Acquire
+  auto a = pool->Acquire();
+  auto b = pool->Acquire();
+  auto c = pool->Acquire();
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_NE((*a)->data(), (*c)->data());
+  EXPECT_EQ(pool->stats().allocations, 3u);  // nothing more from the allocator
+  auto d = pool->Acquire(std::chrono::milliseconds(10));
+  EXPECT_EQ(d.status().code(), StatusCode::kUnavailable);  // all three are held
+}
+
 TEST(BufferPoolTest, AcquireBlocksUntilReturnAndTimesOut) {
   auto pool = *BufferPool::Create(Small(1));
   auto held = *pool->Acquire();

@@ -68,6 +68,9 @@ struct BufferPoolOptions {
   size_t slots = 4;
   // Allocator; null means DefaultHostAllocator(). Default: null.
   std::shared_ptr<HostAllocator> allocator;
+  // Allocate every slot in Create (pinning is slow, and a slot first needed
+  // mid-epoch would stall that batch); otherwise on first need. Default: false.
+  bool preallocate = false;
 };
 
 struct BufferPoolStats {

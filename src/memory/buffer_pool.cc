@@ -108,6 +108,16 @@ Result<std::shared_ptr<BufferPool>> BufferPool::Create(BufferPoolOptions options
   state->options = std::move(options);
   state->free_slots.reserve(state->options.slots);
   state->all.reserve(state->options.slots);
+  if (state->options.preallocate) {
+    for (size_t i = 0; i < state->options.slots; ++i) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(void* p, state->options.allocator->Allocate(state->options.slot_bytes));
+      state->all.push_back(std::make_unique<HostBuffer>(p, state->options.slot_bytes,
+                                                        state->options.allocator->kind()));
+      state->free_slots.push_back(state->all.back().get());
+      ++state->allocated;
+      ++state->stats.allocations;
+    }
+  }
   return std::shared_ptr<BufferPool>(new BufferPool(std::move(state)));
 }
 

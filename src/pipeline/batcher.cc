@@ -15,6 +15,7 @@ Status SlotSource::Init(std::shared_ptr<const BatchLayout> layout) {
   o.slot_bytes = layout->slot_bytes;
   o.slots = config_.slots;
   o.allocator = config_.allocator;
+  o.preallocate = true;  // no allocation (or pinning) once batches flow
   SHARDSTREAM_ASSIGN_OR_RETURN(pool_, BufferPool::Create(std::move(o)));
   pool_ptr_.store(pool_.get(), std::memory_order_release);
   writer_ = std::make_unique<BatchWriter>(std::move(layout));
