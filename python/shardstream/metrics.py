@@ -11,6 +11,8 @@ _COUNTERS = {
     "skipped_samples": "Samples skipped by the error policy",
     "skipped_shards": "Shards skipped by the error policy",
     "heap_spills": "Batches whose variable-length fields spilled to the heap",
+    "reader_wait_seconds": "Seconds the assembler waited for the reader threads",
+    "caller_wait_seconds": "Seconds the assembler waited for the caller (queue full or no free slot)",
 }
 _GAUGES = {
     "epoch": "Epoch being read",

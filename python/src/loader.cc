@@ -61,6 +61,8 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["slot_bytes"] = s.slot_bytes;
   d["slots"] = s.slots;
   d["heap_spills"] = s.heap_spills;
+  d["reader_wait_seconds"] = s.reader_wait_seconds;
+  d["caller_wait_seconds"] = s.caller_wait_seconds;
   return d;
 }
 

@@ -2,6 +2,7 @@
 // SlotSource both batchers share. Token packing is in token_packer.cc.
 #include "pipeline/batcher.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "pipeline/decode_error.h"
@@ -24,7 +25,14 @@ Status SlotSource::Init(std::shared_ptr<const BatchLayout> layout) {
 
 Status SlotSource::EnsureBatch() {
   if (writer_->active()) return Status::OK();
-  SHARDSTREAM_ASSIGN_OR_RETURN(std::shared_ptr<HostBuffer> slot, pool_->Acquire());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto acquired = pool_->Acquire();
+  if (config_.wait_ns != nullptr) {
+    *config_.wait_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  }
+  SHARDSTREAM_ASSIGN_OR_RETURN(std::shared_ptr<HostBuffer> slot, std::move(acquired));
   writer_->Begin(std::move(slot), urls_, epoch_, next_index_++);
   return Status::OK();
 }

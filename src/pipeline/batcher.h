@@ -43,6 +43,8 @@ struct PoolConfig {
   size_t slots = 4;
   std::shared_ptr<HostAllocator> allocator;  // null: DefaultHostAllocator()
   size_t arena_bytes = size_t{1} << 20;
+  // Adds the time spent waiting for a free slot, if set.
+  std::atomic<uint64_t>* wait_ns = nullptr;
 };
 
 // Holds the pool and the writer shared by both batchers.

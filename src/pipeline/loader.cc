@@ -406,6 +406,8 @@ LoaderStats Loader::stats() const {
   s.slot_bytes = c.slot_bytes;
   s.slots = static_cast<uint64_t>(std::max<int64_t>(m.opt.prefetch, 1)) + 2;
   s.heap_spills = c.heap_spills;
+  s.reader_wait_seconds = static_cast<double>(c.consumer_wait_ns.load()) / 1e9;
+  s.caller_wait_seconds = static_cast<double>(c.caller_wait_ns.load()) / 1e9;
   return s;
 }
 

@@ -1,5 +1,7 @@
 #include "pipeline/loader_run.h"
 
+#include <chrono>
+
 #include <pthread.h>
 
 #include "common/log.h"
@@ -53,6 +55,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   pool.slots = static_cast<size_t>(std::max<int64_t>(opt_.prefetch, 1)) + 2;
   pool.allocator = opt_.allocator;
   pool.arena_bytes = opt_.variable_bytes;
+  pool.wait_ns = &counters_->caller_wait_ns;
   auto emit = [this](Batch&& b) { return Emit(std::move(b)); };
   if (!opt_.tokens.field.empty()) {
     packer_ = std::make_unique<TokenPacker>(opt_.tokens, opt_.batch_size, pool, emit);
@@ -104,7 +107,11 @@ Status LoaderRun::Emit(Batch&& b) {
     counters_->memory_kind = static_cast<int>(src.pool()->kind());
     counters_->heap_spills = src.writer().overflows();
   }
-  Status s = queue_.Push(std::move(b));
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = queue_.Push(std::move(b));  // blocks while the queue is full
+  counters_->caller_wait_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
   counters_->queue_depth = static_cast<int64_t>(queue_.size());
   return s;
 }

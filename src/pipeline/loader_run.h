@@ -27,6 +27,7 @@ struct RunCounters : LaneCounters {
   std::atomic<uint64_t> heap_spills{0};
   std::atomic<uint64_t> slot_bytes{0}, slots{0};
   std::atomic<int> memory_kind{0};
+  std::atomic<uint64_t> caller_wait_ns{0};  // the assembler blocked on a full queue or no free slot
 };
 
 struct RunConfig {

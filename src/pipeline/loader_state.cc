@@ -72,6 +72,9 @@ std::string LoaderStats::ToString() const {
   if (skipped_samples + skipped_shards > 0)
     s += ", skipped " + std::to_string(skipped_samples) + " samples " +
          std::to_string(skipped_shards) + " shards";
+  std::snprintf(buf, sizeof(buf), ", pipeline waited %.2f s for readers, %.2f s for the caller",
+                reader_wait_seconds, caller_wait_seconds);
+  s += buf;
   s += ", ";
   s += HostMemoryKindName(memory_kind);
   return s;

@@ -1,5 +1,7 @@
 #include "pipeline/shard_lanes.h"
 
+#include <chrono>
+
 #include <pthread.h>
 
 #include <utility>
@@ -90,7 +92,13 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
     bool wake;
     {
       std::unique_lock<std::mutex> lock(g->mu);
-      if (lane->count == 0) g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
+      if (lane->count == 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
+        counters_->consumer_wait_ns += static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
       if (lane->count == 0) return false;
       const size_t half = lane->ring.size() / 2;
       const bool above = lane->count > half;

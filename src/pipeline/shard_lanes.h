@@ -62,6 +62,7 @@ struct LaneCounters {
   std::atomic<uint64_t> bytes_cache{0};
   std::atomic<uint64_t> cache_hits{0}, cache_opens{0};
   std::atomic<uint64_t> skipped_samples{0}, skipped_shards{0};
+  std::atomic<uint64_t> consumer_wait_ns{0};  // Pop() blocked on an empty lane
 };
 
 class ShardLanes {

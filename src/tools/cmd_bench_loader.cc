@@ -140,6 +140,7 @@ int Run(const Args& a) {
     file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   }
   std::vector<double> plain_s, reader_s, loader_s;
+  double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
     // The plain read uses as many threads as the loader has readers (the
@@ -193,6 +194,7 @@ int Run(const Args& a) {
       tb += b->nbytes();
     }
     double lt = Since(t0);
+    loader_total += lt;
     if (run == 0) continue;
     plain_s.push_back(plain);
     reader_s.push_back(reader);
@@ -200,6 +202,9 @@ int Run(const Args& a) {
     batches = nb; samples = ns; tensor_bytes = tb; reader_samples = rs;
   }
   const double plain = Median(plain_s), reader = Median(reader_s), lt = Median(loader_s);
+  // Share of the loader's time (all epochs) its assembler spent waiting for
+  // the readers, and for a free slot (i.e. for this loop).
+  const LoaderStats waits = (*loader)->stats();
   const double plain_gbs = static_cast<double>(file_bytes) / plain / 1e9;
   const double loader_gbs = static_cast<double>(file_bytes) / lt / 1e9;
   LoaderStats st = (*loader)->stats();
@@ -226,6 +231,8 @@ int Run(const Args& a) {
                                           (static_cast<double>(reader_samples) / reader)},
       {"wait_p50_us", st.wait_p50_us},
       {"wait_p99_us", st.wait_p99_us},
+      {"assembler_waiting_for_readers", waits.reader_wait_seconds / loader_total},
+      {"assembler_waiting_for_caller", waits.caller_wait_seconds / loader_total},
       {"memory_kind", HostMemoryKindName(st.memory_kind)},
       {"peak_rss_bytes", PeakRssBytes()},
   };
@@ -239,7 +246,10 @@ int Run(const Args& a) {
               << j["ratio_to_plain_read"].get<double>() << ")\n"
               << "tar reader:  " << j["tar_reader_samples_per_s"].get<double>()
               << " samples/s (loader/reader " << j["ratio_to_tar_reader_samples"].get<double>()
-              << ")\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
+              << ")\nassembler waited: " << 100 * j["assembler_waiting_for_readers"].get<double>()
+              << "% of the time for readers, " << 100 * j["assembler_waiting_for_caller"].get<double>()
+              << "% for this loop"
+              << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "support/cache_fault_source.h"
+#include "support/fault_source.h"
 #include "support/loader_fixture.h"
 #include "support/test_util.h"
 
@@ -161,6 +162,7 @@ TEST_F(LoaderTest, BatchesCarryKeysUrlsLabelsAndStats) {
   EXPECT_EQ(waits, s.batches + 1);  // + the end of the epoch
   EXPECT_GT(s.slot_bytes, 0u);
   EXPECT_NE(s.ToString().find("batches/s"), std::string::npos);
+  EXPECT_NE(s.ToString().find("pipeline waited"), std::string::npos);
 }
 
 TEST_F(LoaderTest, NoThreadBeforeFirstNextAndPromptShutdownWithFullQueue) {
@@ -222,6 +224,34 @@ TEST_F(LoaderTest, StopMakesNextCancelled) {
   ASSERT_TRUE(loader->next().ok());
   loader->Stop();
   EXPECT_EQ(loader->next().status().code(), StatusCode::kCancelled);
+}
+
+TEST_F(LoaderTest, StatsTellWhetherReadersOrTheCallerAreTheBottleneck) {
+  {
+    // A slow source: the assembler waits for the readers.
+    auto slow = std::make_shared<testing::FaultSource>(LocalSource());
+    slow->SetDelayMicros(20000);
+    LoaderOptions o = FieldOptions(data_->manifest);
+    o.source = slow.get();
+    o.read_chunk = 64 << 10;
+    auto l = *Loader::Create(o);
+    auto ids = DrainIds(l.get(), 10);
+    ASSERT_EQ(ids.size(), 80u);
+    LoaderStats s = l->stats();
+    EXPECT_GT(s.reader_wait_seconds, 0.01);
+    EXPECT_LT(s.caller_wait_seconds, s.reader_wait_seconds);
+  }
+  {
+    // A slow caller: the pipeline fills the queue and waits for it.
+    LoaderOptions o = FieldOptions(data_->manifest);
+    auto l = *Loader::Create(o);
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_FALSE(l->next()->empty());
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    LoaderStats s = l->stats();
+    EXPECT_GT(s.caller_wait_seconds, 0.05);
+  }
 }
 
 TEST(LoaderConfigTest, RejectsBadOptionsAndBudgets) {
