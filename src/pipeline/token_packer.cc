@@ -13,7 +13,6 @@
 
 #include "pipeline/batcher.h"
 #include "pipeline/decode_error.h"
-#include "pipeline/stream_store.h"
 
 namespace shardstream::internal {
 namespace {
@@ -39,6 +38,13 @@ void StoreInt(char* p, DType t, int64_t v) {
     case 4: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
     default: std::memcpy(p, &v, 8);
   }
+}
+
+// first, first + step, ... into dst[0..n). Ordinary stores: non-temporal
+// ones (bypassing the cache) measured 10-15% slower on token batches, as
+// the slots of a small pool stay in the last-level cache.
+void FillSeq(int32_t* dst, int32_t first, int32_t step, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = first + step * static_cast<int32_t>(i);
 }
 
 enum Col : size_t { kTokens = 0, kSecond = 1, kPositions = 2, kLengths = 3 };
@@ -132,7 +138,7 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
     if (real == 0) {
       // only the end-of-document token in this chunk
     } else if (tokens.dtype == opt_.dtype) {
-      StreamCopy(tok, src + static_cast<size_t>(done) * isz, static_cast<size_t>(real) * tsz);
+      std::memcpy(tok, src + static_cast<size_t>(done) * isz, static_cast<size_t>(real) * tsz);
     } else {
       for (int64_t i = 0; i < real; ++i)
         StoreInt(tok + i * tsz, opt_.dtype, LoadInt(src + (done + i) * isz, tokens.dtype));
@@ -140,12 +146,12 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
     if (real < k) StoreInt(tok + real * tsz, opt_.dtype, opt_.eod_token);
     if (opt_.document_metadata || !pack) {
       int32_t* pos = reinterpret_cast<int32_t*>(w.column(kPositions)) + base;
-      StreamSeqI32(pos, static_cast<int32_t>(done), 1, static_cast<size_t>(k));
+      FillSeq(pos, static_cast<int32_t>(done), 1, static_cast<size_t>(k));
     }
     if (pack) {
       if (opt_.document_metadata) {
         int32_t* doc = reinterpret_cast<int32_t*>(w.column(kSecond)) + base;
-        StreamSeqI32(doc, doc_in_row_, 0, static_cast<size_t>(k));
+        FillSeq(doc, doc_in_row_, 0, static_cast<size_t>(k));
       }
     } else {
       uint8_t* mask = reinterpret_cast<uint8_t*>(w.column(kSecond)) + base;
@@ -162,7 +168,6 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
       if (row_ == batch_size_) {
         if (done < total) w.set_carry(row.id, done);
         row_ = 0;
-        StreamFence();  // the streamed stores are visible before the batch is
         SHARDSTREAM_RETURN_IF_ERROR(slots_.EmitBatch());
       }
     } else {
@@ -176,7 +181,6 @@ Status TokenPacker::Flush() {
   if (!slots_.ready() || !slots_.writer().active()) return Status::OK();
   if (col_ > 0) SHARDSTREAM_RETURN_IF_ERROR(EndRow());
   row_ = 0;
-  StreamFence();
   return slots_.EmitBatch();
 }
 
