@@ -1,0 +1,95 @@
+// The CUDA pinned-memory path, run against the stand-in libcudart
+// (fake_cudart.c) because this machine has no GPU: the runtime is found by
+// dlopen, every batch slot comes from cudaHostAlloc (portable) and goes back
+// through cudaFreeHost, the memory kind is reported, and a failing
+// cudaHostAlloc surfaces at next() with the runtime's message. Each test
+// suite runs in its own process with its own environment (CMakeLists.txt).
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include "shardstream/loader.h"
+#include "shardstream/pinned_pool.h"
+#include "support/loader_fixture.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+// The stand-in's counters, once the library has loaded it.
+int Counter(const char* name) {
+  void* lib = ::dlopen("libcudart.so", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return -1;
+  auto* v = static_cast<int*>(::dlsym(lib, name));
+  int n = v ? __atomic_load_n(v, __ATOMIC_RELAXED) : -1;
+  ::dlclose(lib);
+  return n;
+}
+
+TEST(WithDevice, SlotsComeFromCudaHostAllocAndGoBack) {
+  ASSERT_NE(CudaPinnedAllocator(), nullptr);
+  EXPECT_EQ(DefaultHostAllocator()->kind(), HostMemoryKind::kCudaPinned);
+  const int allocs = Counter("fake_cudart_allocs"), frees = Counter("fake_cudart_frees");
+  ASSERT_GE(allocs, 0);
+  {
+    BufferPoolOptions o;
+    o.slot_bytes = 1 << 20;
+    o.slots = 3;
+    o.preallocate = true;
+    auto pool = BufferPool::Create(o);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    EXPECT_EQ((*pool)->kind(), HostMemoryKind::kCudaPinned);
+    EXPECT_EQ(Counter("fake_cudart_allocs"), allocs + 3);
+    EXPECT_EQ(Counter("fake_cudart_last_flags"), 1);  // cudaHostAllocPortable
+    auto slot = (*pool)->Acquire();
+    ASSERT_TRUE(slot.ok());
+    EXPECT_EQ((*slot)->kind(), HostMemoryKind::kCudaPinned);
+    EXPECT_EQ(Counter("fake_cudart_frees"), frees);
+  }
+  EXPECT_EQ(Counter("fake_cudart_frees"), frees + 3);
+}
+
+TEST(WithDevice, LoaderBatchesLiveInPinnedSlots) {
+  testing::TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), testing::DatasetSpec{});
+  const int allocs = Counter("fake_cudart_allocs"), frees = Counter("fake_cudart_frees");
+  {
+    LoaderOptions o = testing::FieldOptions(d.manifest);
+    o.allocator = nullptr;  // the default: pinned when a CUDA runtime and device are present
+    auto l = Loader::Create(o);
+    ASSERT_TRUE(l.ok()) << l.status();
+    auto ids = testing::DrainIds(l->get());
+    EXPECT_EQ(static_cast<int64_t>(ids.size()), d.samples);
+    LoaderStats s = (*l)->stats();
+    EXPECT_EQ(s.memory_kind, HostMemoryKind::kCudaPinned);
+    EXPECT_EQ(Counter("fake_cudart_allocs") - allocs, static_cast<int>(s.slots));
+  }
+  EXPECT_EQ(Counter("fake_cudart_frees") - frees, Counter("fake_cudart_allocs") - allocs);
+}
+
+TEST(NoDevice, RuntimeWithoutADeviceMeansPageable) {
+  EXPECT_EQ(CudaPinnedAllocator(), nullptr);
+  EXPECT_EQ(DefaultHostAllocator()->kind(), HostMemoryKind::kPageable);
+  EXPECT_EQ(Counter("fake_cudart_allocs"), 0);
+}
+
+TEST(Disabled, ShardstreamPinnedZeroNeverLoadsTheRuntime) {
+  EXPECT_EQ(CudaPinnedAllocator(), nullptr);
+  EXPECT_EQ(DefaultHostAllocator()->kind(), HostMemoryKind::kPageable);
+  EXPECT_EQ(Counter("fake_cudart_allocs"), -1);  // not even opened
+}
+
+TEST(AllocFails, NextReportsTheRuntimesError) {
+  testing::TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), testing::DatasetSpec{});
+  LoaderOptions o = testing::FieldOptions(d.manifest);
+  o.allocator = nullptr;
+  auto l = Loader::Create(o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto b = (*l)->next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("cudaHostAlloc"), std::string::npos) << b.status();
+  EXPECT_NE(b.status().message().find("out of memory"), std::string::npos) << b.status();
+}
+
+}  // namespace
+}  // namespace shardstream
