@@ -1,10 +1,16 @@
-/* A stand-in for libcudart with the four entry points shardstream resolves
- * at run time (cudaGetDeviceCount, cudaHostAlloc, cudaFreeHost,
- * cudaGetErrorString). It lets a machine without a GPU run the library's
- * dlopen path, its pinned-slot accounting and its error messages; it pins
- * nothing. Environment: FAKE_CUDART_DEVICES (default 1), FAKE_CUDART_FAIL
- * (any value: every cudaHostAlloc fails with cudaErrorMemoryAllocation). */
+/* A stand-in for libcudart: the entry points shardstream resolves at run
+ * time (cudaGetDeviceCount, cudaHostAlloc, cudaFreeHost, cudaGetErrorString)
+ * and those the C++ example uses to copy batches (cudaSetDevice, cudaMalloc,
+ * cudaFree, streams, cudaMemcpyAsync as a plain memcpy into host memory). It
+ * lets a machine without a GPU run the library's dlopen path, its pinned-slot
+ * accounting, its error messages and the example's copy loop; it pins and
+ * copies to no device. Environment: FAKE_CUDART_DEVICES (default 1),
+ * FAKE_CUDART_FAIL (any value: every cudaHostAlloc fails with
+ * cudaErrorMemoryAllocation), FAKE_CUDART_REPORT (any value: print the call
+ * counts at exit). */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int fake_cudart_allocs = 0;
 int fake_cudart_frees = 0;
@@ -34,4 +40,40 @@ int cudaFreeHost(void* p) {
   return 0;
 }
 
-const char* cudaGetErrorString(int e) { return e == 2 ? "out of memory" : "unknown error"; }
+const char* cudaGetErrorString(int e) {
+  return e == 2 ? "out of memory" : e == 1 ? "invalid argument" : "unknown error";
+}
+
+static int copies = 0;
+static size_t copied = 0;
+static int stream_token;
+
+int cudaSetDevice(int d) { return d == 0 ? 0 : 1; }
+int cudaMalloc(void** p, size_t n) {
+  *p = malloc(n ? n : 1);
+  return *p ? 0 : 2;
+}
+int cudaFree(void* p) {
+  free(p);
+  return 0;
+}
+int cudaStreamCreate(void** s) {
+  *s = &stream_token;
+  return 0;
+}
+int cudaStreamDestroy(void* s) { return s == &stream_token ? 0 : 1; }
+int cudaStreamSynchronize(void* s) { return s == &stream_token ? 0 : 1; }
+/* kind 1 is cudaMemcpyHostToDevice: anything else is a mistake here. */
+int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* s) {
+  if (kind != 1 || s != &stream_token || dst == NULL || src == NULL) return 1;
+  memcpy(dst, src, n);
+  __atomic_fetch_add(&copies, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&copied, n, __ATOMIC_RELAXED);
+  return 0;
+}
+
+__attribute__((destructor)) static void Report(void) {
+  if (getenv("FAKE_CUDART_REPORT"))
+    fprintf(stderr, "fake_cudart: %d cudaHostAlloc, %d cudaFreeHost, %d cudaMemcpyAsync, %zu bytes\n",
+            fake_cudart_allocs, fake_cudart_frees, copies, copied);
+}
