@@ -94,9 +94,13 @@ class SHARDSTREAM_EXPORT BufferPool {
       std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
   // Wakes every waiter in Acquire with kCancelled; later Acquire calls fail.
   void Cancel();
+  // Undoes Cancel(), so the pool (its slots allocated, pinned) serves again;
+  // call only once nothing waits in Acquire any more.
+  void Resume();
 
   HostMemoryKind kind() const;
   size_t slot_bytes() const;
+  size_t slots() const;
   BufferPoolStats stats() const;
 
   struct State;  // internal; public only for the implementation's helpers

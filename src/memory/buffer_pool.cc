@@ -176,6 +176,13 @@ void BufferPool::Cancel() {
   state_->returned.notify_all();
 }
 
+void BufferPool::Resume() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->cancelled = false;
+}
+
+size_t BufferPool::slots() const { return state_->options.slots; }
+
 HostMemoryKind BufferPool::kind() const { return state_->options.allocator->kind(); }
 size_t BufferPool::slot_bytes() const { return state_->options.slot_bytes; }
 BufferPoolStats BufferPool::stats() const {

@@ -12,12 +12,25 @@ using shardstream::internal::FieldError;
 namespace shardstream::internal {
 
 Status SlotSource::Init(std::shared_ptr<const BatchLayout> layout) {
-  BufferPoolOptions o;
-  o.slot_bytes = layout->slot_bytes;
-  o.slots = config_.slots;
-  o.allocator = config_.allocator;
-  o.preallocate = true;  // no allocation (or pinning) once batches flow
-  SHARDSTREAM_ASSIGN_OR_RETURN(pool_, BufferPool::Create(std::move(o)));
+  if (config_.keep != nullptr && *config_.keep != nullptr) {
+    const std::shared_ptr<BufferPool>& kept = *config_.keep;
+    const HostMemoryKind kind =
+        (config_.allocator ? config_.allocator : DefaultHostAllocator())->kind();
+    if (kept->slot_bytes() == layout->slot_bytes && kept->slots() == config_.slots &&
+        kept->kind() == kind) {
+      kept->Resume();  // the previous run, which cancelled it, has stopped
+      pool_ = kept;
+    }
+  }
+  if (pool_ == nullptr) {
+    BufferPoolOptions o;
+    o.slot_bytes = layout->slot_bytes;
+    o.slots = config_.slots;
+    o.allocator = config_.allocator;
+    o.preallocate = true;  // no allocation (or pinning) once batches flow
+    SHARDSTREAM_ASSIGN_OR_RETURN(pool_, BufferPool::Create(std::move(o)));
+    if (config_.keep != nullptr) *config_.keep = pool_;
+  }
   pool_ptr_.store(pool_.get(), std::memory_order_release);
   writer_ = std::make_unique<BatchWriter>(std::move(layout));
   return Status::OK();

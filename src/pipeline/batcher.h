@@ -45,6 +45,10 @@ struct PoolConfig {
   size_t arena_bytes = size_t{1} << 20;
   // Adds the time spent waiting for a free slot, if set.
   std::atomic<uint64_t>* wait_ns = nullptr;
+  // A pool kept across runs (the Loader's epochs), if set: reused when its
+  // slot size, count and memory kind fit, so slots are not allocated and
+  // pinned again every epoch.
+  std::shared_ptr<BufferPool>* keep = nullptr;
 };
 
 // Holds the pool and the writer shared by both batchers.

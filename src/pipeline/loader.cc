@@ -40,6 +40,9 @@ class Loader::Impl {
   bool has_carry = false;
   LoaderState::Partial carry;
   std::unique_ptr<internal::LoaderRun> run;
+  // Batch slots for every epoch (allocated, or pinned, once); each run holds
+  // its own reference, and a batch the caller keeps holds its slot.
+  std::shared_ptr<BufferPool> pool;
   std::unique_ptr<internal::RunCounters> counters = std::make_unique<internal::RunCounters>();
   Status sticky;
   bool ended = false;
@@ -237,6 +240,7 @@ Result<Batch> Loader::next() {
     rc.plan = m.plan;
     rc.epoch = m.epoch;
     rc.skip_tokens = m.partial;
+    rc.pool = &m.pool;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
     std::lock_guard<std::mutex> lock(m.run_mu);
     if (m.cancelled.load()) return Status::Cancelled("loader stopped");

@@ -56,6 +56,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   pool.allocator = opt_.allocator;
   pool.arena_bytes = opt_.variable_bytes;
   pool.wait_ns = &counters_->caller_wait_ns;
+  pool.keep = config_.pool;
   auto emit = [this](Batch&& b) { return Emit(std::move(b)); };
   if (!opt_.tokens.field.empty()) {
     packer_ = std::make_unique<TokenPacker>(opt_.tokens, opt_.batch_size, pool, emit);

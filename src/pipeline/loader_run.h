@@ -38,6 +38,8 @@ struct RunConfig {
   int64_t epoch = 0;
   // Token batches after a restore: tokens of these (shard, sample) already delivered.
   std::map<std::pair<int64_t, int64_t>, int64_t> skip_tokens;
+  // The Loader's slot pool, kept across epochs (see PoolConfig::keep).
+  std::shared_ptr<BufferPool>* pool = nullptr;
 };
 
 class LoaderRun {
