@@ -52,6 +52,29 @@ TEST(BufferPoolTest, PreallocateAllocatesEverySlotInCreate) {
   EXPECT_EQ(d.status().code(), StatusCode::kUnavailable);  // all three are held
 }
 
+TEST(BufferPoolTest, ResumeAfterCancelServesTheSameSlots) {
+  // The Loader keeps one pool for all epochs: each epoch's run cancels it
+  // when it stops, and the next run resumes it.
+  auto o = Small(2);
+  o.preallocate = true;
+  auto pool = *BufferPool::Create(o);
+  void* first;
+  {
+    auto a = pool->Acquire();
+    ASSERT_TRUE(a.ok());
+    first = (*a)->data();
+  }
+  pool->Cancel();
+  EXPECT_EQ(pool->Acquire().status().code(), StatusCode::kCancelled);
+  pool->Resume();
+  auto a = pool->Acquire();
+  auto b = pool->Acquire();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE((*a)->data() == first || (*b)->data() == first);
+  EXPECT_EQ(pool->stats().allocations, 2u);  // nothing allocated again
+  EXPECT_EQ(pool->slots(), 2u);
+}
+
 TEST(BufferPoolTest, AcquireBlocksUntilReturnAndTimesOut) {
   auto pool = *BufferPool::Create(Small(1));
   auto held = *pool->Acquire();
