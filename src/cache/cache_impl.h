@@ -119,6 +119,9 @@ class ShardCache::Impl {
   void OnNoSpace(const Status& s, bool give_up, uint64_t need);
   // Any other write failure in the cache directory: stream uncached a while.
   void OnCacheError(const Status& s);
+  // Streams without caching for a while; true the first time for `warned`
+  // (*warned is guarded by mu_), so each kind of failure is logged once.
+  bool SuspendCaching(bool* warned);
   void FinishDownload(internal::Download& d, Status status, bool uncached);
 
   std::atomic<bool> stopping_{false};

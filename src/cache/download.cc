@@ -221,29 +221,23 @@ void ShardCache::Impl::OnNoSpace(const Status& s, bool give_up, uint64_t need) {
     (void)EvictTo(opts.limit_bytes, need);
     return;
   }
-  bool warn;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    suspended_until_ = std::chrono::steady_clock::now() + kNoSpaceBackoff;
-    warn = !warned_nospace_;
-    warned_nospace_ = true;
-  }
-  if (warn) {
+  if (SuspendCaching(&warned_nospace_)) {
     internal::Log().warn(
         "shard cache {}: disk full ({}); streaming shards without caching for now",
         opts.dir, s.message());
   }
 }
 
+bool ShardCache::Impl::SuspendCaching(bool* warned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  suspended_until_ = std::chrono::steady_clock::now() + kNoSpaceBackoff;
+  const bool first = !*warned;
+  *warned = true;
+  return first;
+}
+
 void ShardCache::Impl::OnCacheError(const Status& s) {
-  bool warn;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    suspended_until_ = std::chrono::steady_clock::now() + kNoSpaceBackoff;
-    warn = !warned_error_;
-    warned_error_ = true;
-  }
-  if (warn) {
+  if (SuspendCaching(&warned_error_)) {
     internal::Log().warn("shard cache {}: cannot write ({}); streaming shards without caching "
                          "for now", opts.dir, s.ToString());
   }

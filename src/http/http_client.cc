@@ -25,16 +25,6 @@ bool IEquals(std::string_view a, std::string_view b) {
   return true;
 }
 
-std::optional<uint64_t> ParseUint(std::string_view s) {
-  if (s.empty()) return std::nullopt;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return v;
-}
-
 }  // namespace
 
 void HttpRequest::RemoveHeader(std::string_view name) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -55,6 +56,18 @@ bool RetryableHttpStatus(long status);
 
 // Seconds since the epoch of an HTTP date (Last-Modified), or -1.
 int64_t ParseHttpDate(const std::string& date);
+
+// A header's decimal number (Content-Length, Retry-After, Content-Range
+// parts): digits only, else nullopt.
+inline std::optional<uint64_t> ParseUint(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
 
 }  // namespace shardstream::internal
 

@@ -10,16 +10,6 @@
 namespace shardstream::internal {
 namespace {
 
-std::optional<uint64_t> ParseUint(std::string_view s) {
-  if (s.empty()) return std::nullopt;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return v;
-}
-
 // "bytes a-b/total" -> (a, total or nullopt); "bytes */total" -> (npos, total).
 struct ContentRange {
   uint64_t first = UINT64_MAX;

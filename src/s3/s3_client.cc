@@ -344,14 +344,20 @@ Result<std::string> S3Client::CreateMultipartUpload(const std::string& url) {
   return id;
 }
 
+namespace {
+// The query string naming one part of a multipart upload.
+std::string PartQuery(int part_number, const std::string& upload_id) {
+  return "partNumber=" + std::to_string(part_number) +
+         "&uploadId=" + S3UriEncode(upload_id, true);
+}
+}  // namespace
+
 Result<std::string> S3Client::UploadPart(const std::string& url, const std::string& upload_id,
                                          int part_number, std::string_view data) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto loc, internal::ParseS3Url(url));
   HttpRequest req;
   req.method = "PUT";
-  req.url = impl_->HttpUrl(loc.bucket, loc.key,
-                           "partNumber=" + std::to_string(part_number) +
-                               "&uploadId=" + S3UriEncode(upload_id, true));
+  req.url = impl_->HttpUrl(loc.bucket, loc.key, PartQuery(part_number, upload_id));
   req.body = std::string(data);
   SHARDSTREAM_ASSIGN_OR_RETURN(HttpResponse resp,
                                impl_->Do(std::move(req), url, internal::Sha256Hex(data)));
@@ -365,9 +371,7 @@ Result<std::string> S3Client::UploadPartFromFile(const std::string& url,
   SHARDSTREAM_ASSIGN_OR_RETURN(auto loc, internal::ParseS3Url(url));
   HttpRequest req;
   req.method = "PUT";
-  req.url = impl_->HttpUrl(loc.bucket, loc.key,
-                           "partNumber=" + std::to_string(part_number) +
-                               "&uploadId=" + S3UriEncode(upload_id, true));
+  req.url = impl_->HttpUrl(loc.bucket, loc.key, PartQuery(part_number, upload_id));
   req.body_file = path;
   req.body_file_offset = offset;
   req.body_size = size;

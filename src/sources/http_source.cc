@@ -10,6 +10,7 @@
 
 #include "http/http_client.h"
 #include "shardstream/url.h"
+#include "sources/spool_file.h"
 
 namespace shardstream {
 
@@ -109,20 +110,17 @@ class HttpWritableFile final : public WritableFile {
   Status Append(std::string_view data) override {
     if (closed_) return Status::Config("Append after Close/Abort: " + redacted_);
     size_ += data.size();
-    if (fd_ < 0 && memory_.size() + data.size() <= client_->options().put_memory_bytes) {
+    if (!spool_.open() && memory_.size() + data.size() <= client_->options().put_memory_bytes) {
       memory_.append(data);
       return Status::OK();
     }
-    if (fd_ < 0) {
-      const char* tmp = std::getenv("TMPDIR");
-      spool_ = std::string(tmp && *tmp ? tmp : "/tmp") + "/shardstream-put-XXXXXX";
-      fd_ = ::mkstemp(spool_.data());
-      if (fd_ < 0) return Status::FromErrno(errno, "mkstemp " + spool_);
-      SHARDSTREAM_RETURN_IF_ERROR(WriteAll(memory_));
+    if (!spool_.open()) {
+      SHARDSTREAM_RETURN_IF_ERROR(spool_.Create("shardstream-put"));
+      SHARDSTREAM_RETURN_IF_ERROR(spool_.Append(memory_));
       memory_.clear();
       memory_.shrink_to_fit();
     }
-    return WriteAll(data);
+    return spool_.Append(data);
   }
   Status Sync() override { return Status::OK(); }
   Status Close() override {
@@ -131,8 +129,8 @@ class HttpWritableFile final : public WritableFile {
     HttpRequest req;
     req.method = "PUT";
     req.url = url_;
-    if (fd_ >= 0) {
-      req.body_file = spool_;
+    if (spool_.open()) {
+      req.body_file = spool_.path();
       req.body_size = size_;
     } else {
       req.body = std::move(memory_);
@@ -150,23 +148,8 @@ class HttpWritableFile final : public WritableFile {
   }
 
  private:
-  Status WriteAll(std::string_view data) {
-    while (!data.empty()) {
-      ssize_t w = ::write(fd_, data.data(), data.size());
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return Status::FromErrno(errno, "write " + spool_);
-      }
-      data.remove_prefix(static_cast<size_t>(w));
-    }
-    return Status::OK();
-  }
   void Cleanup() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(spool_.c_str());
-      fd_ = -1;
-    }
+    spool_.Discard();
     memory_.clear();
   }
 
@@ -174,8 +157,7 @@ class HttpWritableFile final : public WritableFile {
   std::string url_;
   std::string redacted_;
   std::string memory_;
-  std::string spool_;
-  int fd_ = -1;
+  internal::SpoolFile spool_;  // past put_memory_bytes
   uint64_t size_ = 0;
   bool closed_ = false;
 };

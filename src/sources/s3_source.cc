@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "s3/s3_config.h"
+#include "sources/spool_file.h"
 #include "shardstream/s3.h"
 #include "sources/builtin_sources.h"
 
@@ -47,47 +48,28 @@ class S3WritableFile final : public WritableFile {
   S3WritableFile(std::shared_ptr<S3Client> client, std::string url)
       : client_(std::move(client)), url_(std::move(url)) {}
   ~S3WritableFile() override { (void)Abort(); }
-  Status Open() {
-    const char* tmp = std::getenv("TMPDIR");
-    spool_ = std::string(tmp && *tmp ? tmp : "/tmp") + "/shardstream-s3put-XXXXXX";
-    fd_ = ::mkstemp(spool_.data());
-    if (fd_ < 0) return Status::FromErrno(errno, "mkstemp " + spool_);
-    return Status::OK();
-  }
+  Status Open() { return spool_.Create("shardstream-s3put"); }
   const std::string& url() const override { return url_; }
   Status Append(std::string_view data) override {
-    if (fd_ < 0) return Status::Config("Append after Close/Abort: " + url_);
-    while (!data.empty()) {
-      ssize_t w = ::write(fd_, data.data(), data.size());
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return Status::FromErrno(errno, "write " + spool_);
-      }
-      data.remove_prefix(static_cast<size_t>(w));
-    }
-    return Status::OK();
+    if (!spool_.open()) return Status::Config("Append after Close/Abort: " + url_);
+    return spool_.Append(data);
   }
   Status Sync() override { return Status::OK(); }
   Status Close() override {
-    if (fd_ < 0) return Status::OK();
-    Status s = client_->PutFile(url_, spool_);
-    (void)Abort();
+    if (!spool_.open()) return Status::OK();
+    Status s = client_->PutFile(url_, spool_.path());
+    spool_.Discard();
     return s;
   }
   Status Abort() override {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(spool_.c_str());
-      fd_ = -1;
-    }
+    spool_.Discard();
     return Status::OK();
   }
 
  private:
   std::shared_ptr<S3Client> client_;
   std::string url_;
-  std::string spool_;
-  int fd_ = -1;
+  internal::SpoolFile spool_;
 };
 
 class S3Source final : public Source {

@@ -202,12 +202,12 @@ int Run(const Args& a) {
     batches = nb; samples = ns; tensor_bytes = tb; reader_samples = rs;
   }
   const double plain = Median(plain_s), reader = Median(reader_s), lt = Median(loader_s);
-  // Share of the loader's time (all epochs) its assembler spent waiting for
-  // the readers, and for a free slot (i.e. for this loop).
-  const LoaderStats waits = (*loader)->stats();
+
   const double plain_gbs = static_cast<double>(file_bytes) / plain / 1e9;
   const double loader_gbs = static_cast<double>(file_bytes) / lt / 1e9;
-  LoaderStats st = (*loader)->stats();
+  // Also the share of the loader's time (all epochs) its assembler spent
+  // waiting for the readers, and for this loop.
+  const LoaderStats st = (*loader)->stats();
   nlohmann::json j = {
       {"manifest", a.manifest},
       {"shards", urls.size()},
@@ -231,8 +231,8 @@ int Run(const Args& a) {
                                           (static_cast<double>(reader_samples) / reader)},
       {"wait_p50_us", st.wait_p50_us},
       {"wait_p99_us", st.wait_p99_us},
-      {"assembler_waiting_for_readers", waits.reader_wait_seconds / loader_total},
-      {"assembler_waiting_for_caller", waits.caller_wait_seconds / loader_total},
+      {"assembler_waiting_for_readers", st.reader_wait_seconds / loader_total},
+      {"assembler_waiting_for_caller", st.caller_wait_seconds / loader_total},
       {"memory_kind", HostMemoryKindName(st.memory_kind)},
       {"peak_rss_bytes", PeakRssBytes()},
   };
