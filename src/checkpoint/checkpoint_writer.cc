@@ -219,9 +219,8 @@ Status CheckpointWriter::Rotate(const std::string& keep_name) {
   std::vector<std::string> trash_urls;
   for (size_t i = 0; i < n; ++i) {
     const auto& [step, name] = ckpts[i];
-    bool keep = i + static_cast<size_t>(options_.keep_last) >= n || name == keep_name ||
-                (latest.ok() && *latest == name) ||
-                (options_.keep_every_steps > 0 && step % options_.keep_every_steps == 0) ||
+    bool keep = internal::KeptByPolicy(i, n, step, options_.keep_last, options_.keep_every_steps) ||
+                name == keep_name || (latest.ok() && *latest == name) ||
                 (options_.in_use && options_.in_use(name));
     if (keep) continue;
     // Rename first: a checkpoint half deleted must never be visible.

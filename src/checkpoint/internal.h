@@ -42,6 +42,15 @@ inline bool ValidFileName(std::string_view n) {
 // Milliseconds since the epoch.
 int64_t NowUnixMs();
 
+// The rotation policy shared by the local writer and the remote: of n
+// checkpoints sorted by step, the i-th (at `step`) stays when it is one of
+// the last keep_last, or a multiple of keep_every_steps (> 0).
+inline bool KeptByPolicy(size_t i, size_t n, int64_t step, int64_t keep_last,
+                         int64_t keep_every_steps) {
+  return i + static_cast<size_t>(keep_last) >= n ||
+         (keep_every_steps > 0 && step % keep_every_steps == 0);
+}
+
 }  // namespace internal
 
 struct CheckpointSave::Impl {

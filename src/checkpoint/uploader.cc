@@ -335,9 +335,8 @@ struct Uploader::Impl {
     Status first;
     for (size_t i = 0; i < n; ++i) {
       const CheckpointManifest& m = all[i];
-      bool keep = i + static_cast<size_t>(o.keep_last) >= n || m.name == just_committed ||
-                  (hint.ok() && *hint == m.name) ||
-                  (o.keep_every_steps > 0 && m.step % o.keep_every_steps == 0);
+      bool keep = internal::KeptByPolicy(i, n, m.step, o.keep_last, o.keep_every_steps) ||
+                  m.name == just_committed || (hint.ok() && *hint == m.name);
       if (keep) continue;
       if (cancel.load()) break;  // Stop(): the next commit rotates again
       Status s = RemoveRemote(m);
