@@ -219,8 +219,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
             if parts is None:
                 break
             yield _to_torch(parts, single)
-        self._end_epoch(self._epoch, {"members": [me[0]], "of": me[1], "state": loader.own_state()}
-                        if torch.utils.data.get_worker_info() is not None else None)
+        in_worker = torch.utils.data.get_worker_info() is not None
+        self._end_epoch(self._epoch, _own_share(me, loader) if in_worker else None)
 
     def _end_epoch(self, epoch: int, entry: Optional[Dict[str, Any]]) -> None:
         # In a DataLoader worker the state stays "this share of the epoch is
@@ -230,8 +230,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._active = False
         self._epoch = epoch + 1
         if entry is not None and torch.utils.data.get_worker_info() is not None:
-            self._ended = {"format": STATE_FORMAT, "version": 2, "epoch": epoch,
-                           "consumers": [entry], "ended": True}
+            self._ended = _state(epoch, [entry], ended=True)
 
     def __len__(self) -> int:
         """Batches (or samples, when batch_size is None) per epoch for this process.
@@ -260,12 +259,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
         if self._pending is not None:
             return copy.deepcopy(self._pending)
         if self._active and self._loader is not None and self._pid == os.getpid():
-            entry = {"members": [self._me[0]], "of": self._me[1], "state": self._loader.own_state()}
-            return {"format": STATE_FORMAT, "version": 2, "epoch": self._epoch,
-                    "consumers": [entry]}
+            return _state(self._epoch, [_own_share(self._me, self._loader)])
         if self._ended is not None:
             return copy.deepcopy(self._ended)
-        return {"format": STATE_FORMAT, "version": 2, "epoch": self._epoch, "consumers": []}
+        return _state(self._epoch, [])
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes from :meth:`state_dict` output at the next iteration.
@@ -315,6 +312,18 @@ class ShardDataset(torch.utils.data.IterableDataset):
         if self._loader is not None and self._pid == os.getpid():
             self._loader.close()
         self._loader = None
+
+
+def _state(epoch: int, consumers: List[Dict[str, Any]], version: int = 2,
+           **extra: Any) -> Dict[str, Any]:
+    """A state dict of this format (see :meth:`ShardDataset.state_dict`)."""
+    return {"format": STATE_FORMAT, "version": version, "epoch": epoch, "consumers": consumers,
+            **extra}
+
+
+def _own_share(me: Tuple[int, int], loader: Loader) -> Dict[str, Any]:
+    """Consumer ``me`` = (index, count)'s share: its own state, nothing owed by others."""
+    return {"members": [me[0]], "of": me[1], "state": loader.own_state()}
 
 
 def passthrough(batch: Any) -> Any:
@@ -408,21 +417,19 @@ def merge_state_dicts(states: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     versions = {int(s["version"]) for s in states if s["consumers"]}
     if versions == {1}:
         consumers = [c for s in states for c in s["consumers"]]
-        return {"format": STATE_FORMAT, "version": 1, "epoch": epoch,
-                "consumers": [merge_states(consumers)]}
+        return _state(epoch, [merge_states(consumers)], version=1)
     if len(versions) > 1:
         raise ValueError(f"{STATE_FORMAT}: cannot merge version 1 and version 2 dicts")
     live = [s for s in states if s["consumers"]]
     if not live:
-        return {"format": STATE_FORMAT, "version": 2, "epoch": epoch, "consumers": []}
+        return _state(epoch, [])
     entry = _merge_entries([e for s in live for e in s["consumers"]])
     if all(s.get("ended") for s in live):
         if entry["members"] == list(range(entry["of"])):
             # Every consumer finished: between epochs.
-            return {"format": STATE_FORMAT, "version": 2, "epoch": epoch + 1, "consumers": []}
-        return {"format": STATE_FORMAT, "version": 2, "epoch": epoch, "consumers": [entry],
-                "ended": True}
-    return {"format": STATE_FORMAT, "version": 2, "epoch": epoch, "consumers": [entry]}
+            return _state(epoch + 1, [])
+        return _state(epoch, [entry], ended=True)
+    return _state(epoch, [entry])
 
 
 def state_dict_from_stateful_dataloader(state: Mapping[str, Any]) -> Dict[str, Any]:
