@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -387,6 +388,34 @@ TEST_F(HttpSourceTest, PutUploadsSmallAndSpooledBodies) {
   }
   ASSERT_TRUE(src->Remove(server_.Url("/up/ckpt.bin")).ok());
   EXPECT_EQ(src->Stat(server_.Url("/up/ckpt.bin")).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(HttpSourceTest, PutSpoolIsRemovedAndAMissingSpoolDirectoryIsAClearError) {
+  // Bodies past put_memory_bytes go to a temporary file in $TMPDIR.
+  TempDir spool;
+  const char* old = std::getenv("TMPDIR");
+  std::string saved = old ? old : "";
+  ::setenv("TMPDIR", spool.path().c_str(), 1);
+  HttpOptions o = FastOptions();
+  o.put_memory_bytes = 1000;
+  auto src = Source(o);
+  {
+    auto file = src->NewWritableFile(server_.Url("/up/spooled.bin"));
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->Append(data_).ok());
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(spool.path()),
+                            std::filesystem::directory_iterator()), 1);
+    ASSERT_TRUE((*file)->Close().ok());
+  }
+  EXPECT_EQ(testing::ReadFile(root_.Join("up/spooled.bin")), data_);
+  EXPECT_TRUE(std::filesystem::is_empty(spool.path()));  // the spool is gone after Close
+  ::setenv("TMPDIR", spool.Join("missing").c_str(), 1);
+  auto file = src->NewWritableFile(server_.Url("/up/never.bin"));
+  ASSERT_TRUE(file.ok());
+  Status s = (*file)->Append(data_);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("mkstemp " + spool.Join("missing")), std::string::npos) << s;
+  if (old) ::setenv("TMPDIR", saved.c_str(), 1); else ::unsetenv("TMPDIR");
 }
 
 TEST(HttpTlsTest, VerificationOnByDefaultAndCaBundleConfigurable) {
