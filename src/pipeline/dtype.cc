@@ -36,6 +36,13 @@ bool IsInteger(DType t) {
 }
 
 Result<DType> ParseDType(std::string_view text) {
+  // The .npy form ('<i4'), once per token document: matched first, without
+  // the string compares of the name tables below.
+  if (text.size() == 3 && (text[0] == '<' || text[0] == '|' || text[0] == '=')) {
+    for (const DTypeInfo& i : kInfo) {
+      if (i.code[1] == text[1] && i.code[2] == text[2] && i.type != DType::kBFloat16) return i.type;
+    }
+  }
   for (const DTypeInfo& i : kInfo) {
     if (text == i.name) return i.type;
   }

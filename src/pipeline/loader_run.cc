@@ -48,6 +48,18 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   lc.ring = static_cast<size_t>(std::max<int64_t>(opt_.shard_queue, 1));
   lc.lanes = std::max(opt_.open_shards, opt_.reader_threads);
   lc.threads = opt_.reader_threads;
+  if (!opt_.tokens.field.empty()) {
+    token_spec_.name = opt_.tokens.field;
+    if (DecodeForName(token_spec_.name) != FieldDecode::kNpy) {
+      token_spec_.decode = FieldDecode::kRaw;
+      token_spec_.dtype = opt_.tokens.input_dtype;
+      token_spec_.shape = {-1};
+    }
+    // Decoding the token field (parsing its .npy header) costs as much as
+    // placing the tokens: the readers do it, in parallel, ahead of the
+    // assembler's single thread.
+    lc.prepare = [spec = token_spec_](LaneItem* item) { DecodeTokens(spec, item); };
+  }
   lanes_ = std::make_unique<ShardLanes>(std::move(ranges), lc, counters_);
 
   PoolConfig pool;
@@ -60,13 +72,10 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   auto emit = [this](Batch&& b) { return Emit(std::move(b)); };
   if (!opt_.tokens.field.empty()) {
     packer_ = std::make_unique<TokenPacker>(opt_.tokens, opt_.batch_size, pool, emit);
+    // Copying into the batch is most of the assembler's work: with a
+    // second core, it is split over two threads.
+    packer_->set_parallel(std::thread::hardware_concurrency() > 1);
     packer_->slots().set_epoch(config_.epoch, config_.urls);
-    token_spec_.name = opt_.tokens.field;
-    if (DecodeForName(token_spec_.name) != FieldDecode::kNpy) {
-      token_spec_.decode = FieldDecode::kRaw;
-      token_spec_.dtype = opt_.tokens.input_dtype;
-      token_spec_.shape = {-1};
-    }
   } else {
     batcher_ = std::make_unique<SampleBatcher>(opt_.fields, opt_.batch_size, pool, emit);
     batcher_->slots().set_epoch(config_.epoch, config_.urls);
@@ -128,6 +137,28 @@ void LoaderRun::Assemble() {
   }
 }
 
+void LoaderRun::DecodeTokens(const FieldSpec& spec, LaneItem* item) {
+  const Sample& s = item->sample;
+  item->prepared = true;
+  const Field* f = s.Find(spec.name);
+  if (f == nullptr) {
+    item->decode_status = Status(StatusCode::kCorrupt,
+                                 "sample '" + s.key + "' in " + s.url + " at offset " +
+                                     std::to_string(s.offset) + " has no token field '" +
+                                     spec.name + "'",
+                                 s.url, static_cast<int64_t>(s.offset));
+    return;
+  }
+  item->decoded_field = static_cast<size_t>(f - s.fields.data());
+  auto tokens = DecodeField(f->data, spec, FieldContext{s.key, spec.name, s.url, f->offset});
+  if (tokens.ok()) {
+    item->decoded = *tokens;
+    item->decode_status = Status::OK();
+  } else {
+    item->decode_status = tokens.status();
+  }
+}
+
 Status LoaderRun::Process(LaneItem* item) {
   const Sample& s = item->sample;
   RowInput row;
@@ -137,25 +168,16 @@ Status LoaderRun::Process(LaneItem* item) {
   row.offset = s.offset;
   Status st;
   if (packer_) {
-    const Field* f = s.Find(token_spec_.name);
-    FieldContext ctx{s.key, token_spec_.name, s.url, f ? f->offset : s.offset};
-    if (f == nullptr) {
-      st = Status(StatusCode::kCorrupt,
-                  "sample '" + s.key + "' in " + s.url + " at offset " + std::to_string(s.offset) +
-                      " has no token field '" + token_spec_.name + "'",
-                  s.url, static_cast<int64_t>(s.offset));
-    } else {
-      auto tokens = DecodeField(f->data, token_spec_, ctx);
-      if (tokens.ok()) {
-        int64_t skip = 0;
-        if (!config_.skip_tokens.empty()) {
-          auto it = config_.skip_tokens.find({item->shard, s.index});
-          if (it != config_.skip_tokens.end()) skip = it->second;
-        }
-        st = packer_->Add(row, *tokens, skip);
-      } else {
-        st = tokens.status();
+    if (!item->prepared) DecodeTokens(token_spec_, item);
+    if (item->decode_status.ok()) {
+      int64_t skip = 0;
+      if (!config_.skip_tokens.empty()) {
+        auto it = config_.skip_tokens.find({item->shard, s.index});
+        if (it != config_.skip_tokens.end()) skip = it->second;
       }
+      st = packer_->Add(row, item->decoded, skip, &s.fields[item->decoded_field].owner);
+    } else {
+      st = item->decode_status;
     }
   } else {
     for (size_t i = 0; i < opt_.fields.size(); ++i) {

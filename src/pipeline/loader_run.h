@@ -59,6 +59,8 @@ class LoaderRun {
   void Assemble();
   Status Pipeline();
   Status Process(LaneItem* item);  // after the shuffle: decode and batch
+  // The token field of a sample item, decoded into the item (any thread).
+  static void DecodeTokens(const FieldSpec& spec, LaneItem* item);
   Status Emit(Batch&& b);
 
   RunConfig config_;

@@ -107,11 +107,7 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
         LaneItem& item = lane->ring[lane->head];
         LaneItem& dst = lane->taken[i];
         using std::swap;
-        swap(item.sample, dst.sample);  // pointer swaps: cheap under the lock
-        dst.kind = item.kind;
-        dst.shard = item.shard;
-        dst.status = std::move(item.status);
-        item.status = Status::OK();
+        swap(item, dst);  // pointer swaps: cheap under the lock
         lane->head = (lane->head + 1) % lane->ring.size();
       }
       lane->count -= k;
@@ -125,11 +121,7 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
   }
   LaneItem& item = lane->taken[lane->taken_pos++];
   using std::swap;
-  swap(item.sample, out->sample);
-  out->kind = item.kind;
-  out->shard = item.shard;
-  out->status = std::move(item.status);
-  item.status = Status::OK();
+  swap(item, *out);
   return true;
 }
 
@@ -164,6 +156,9 @@ void ShardLanes::Run(Group* g) {
         lane->count += made;
       }
       g->data.notify_all();
+      // Byte counters once per burst: an atomic add per sample is a cache
+      // line bouncing between the reader threads.
+      FlushCount(lane);
       produced = true;
     }
     if (!produced) {
@@ -188,7 +183,16 @@ void ShardLanes::Run(Group* g) {
   for (Lane* lane : g->lanes) CloseReader(lane);
 }
 
+void ShardLanes::FlushCount(Lane* lane) {
+  // CloseReader flushes at the end of each range, so what is left belongs
+  // to the range being read.
+  if (lane->unpublished_bytes == 0 || lane->next_range >= lane->ranges.size()) return;
+  Count(lane->ranges[lane->next_range], lane->unpublished_bytes);
+  lane->unpublished_bytes = 0;
+}
+
 void ShardLanes::CloseReader(Lane* lane) {
+  FlushCount(lane);
   if (!lane->reader) return;
   const TarStats& st = lane->reader->stats();
   counters_->skipped_samples += st.skipped_samples;
@@ -257,6 +261,7 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
 
 void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   item->status = Status::OK();
+  item->prepared = false;
   const size_t ri = lane->ranges[lane->next_range];
   const LaneRange& r = ranges_[ri];
   auto finish_range = [&] {
@@ -302,7 +307,8 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   ++lane->read;
   item->kind = LaneItem::kSample;
   item->shard = r.shard;
-  Count(ri, item->sample.bytes());
+  lane->unpublished_bytes += item->sample.bytes();
+  if (config_.prepare) config_.prepare(item);
 }
 
 }  // namespace shardstream::internal

@@ -15,12 +15,14 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "shardstream/decode.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
 
@@ -39,6 +41,12 @@ struct LaneItem {
   int64_t shard = -1;  // manifest index of the sample's shard
   Sample sample;
   Status status;
+  // Set by LaneConfig::prepare in the reader thread: a field decoded ahead
+  // (a view into `sample`), or why it could not be.
+  bool prepared = false;
+  size_t decoded_field = 0;  // index in sample.fields
+  DecodedField decoded;
+  Status decode_status;
   // Member-wise (the shuffle buffer and the rings swap items).
   friend void swap(LaneItem& a, LaneItem& b) noexcept {
     using std::swap;
@@ -46,6 +54,10 @@ struct LaneItem {
     swap(a.shard, b.shard);
     swap(a.sample, b.sample);
     swap(a.status, b.status);
+    swap(a.prepared, b.prepared);
+    swap(a.decoded_field, b.decoded_field);
+    swap(a.decoded, b.decoded);
+    swap(a.decode_status, b.decode_status);
   }
 };
 
@@ -55,6 +67,10 @@ struct LaneConfig {
   size_t ring = 64;
   int lanes = 4;
   int threads = 2;
+  // Per-sample work moved off the consumer's thread: runs in the reader
+  // thread on each sample item before it is published (pure: it may read the
+  // sample and fill the item's decoded fields, nothing else).
+  std::function<void(LaneItem*)> prepare;
 };
 
 struct LaneCounters {
@@ -100,6 +116,7 @@ class ShardLanes {
     // Reader-thread state.
     size_t next_range = 0;
     int64_t read = 0;
+    uint64_t unpublished_bytes = 0;  // read since the last burst, not yet counted
     std::unique_ptr<TarReader> reader;
     // Shared with the reader's stream so Cancel() can reach a read blocked
     // in TarReader::Open as safely as one blocked later. Guarded by group->mu.
@@ -116,6 +133,7 @@ class ShardLanes {
   void Produce(Lane* lane, LaneItem* item);
   Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);
   void CloseReader(Lane* lane);
+  void FlushCount(Lane* lane);
   void Count(size_t range, uint64_t bytes);
 
   std::vector<LaneRange> ranges_;

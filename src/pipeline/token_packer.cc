@@ -75,6 +75,7 @@ Status TokenPacker::Init() {
   // A row holds at most seq_len documents; 8 per row covers typical packing,
   // more spills the batch's sample list to the heap.
   int64_t max_docs = batch_size_ * std::min<int64_t>(opt_.seq_len, 8) + 1;
+  ops_.reserve(static_cast<size_t>(max_docs) + static_cast<size_t>(batch_size_));
   return slots_.Init(BatchLayout::Make(std::move(cols), batch_size_, max_docs,
                                        slots_.arena_bytes()));
 }
@@ -109,16 +110,69 @@ Status TokenPacker::EndRow() {
   return Status::OK();
 }
 
-Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip) {
+void TokenPacker::Apply(const CopyOp& op) {
+  BatchWriter& w = slots_.writer();
+  const bool pack = opt_.layout == TokenLayout::kPack;
+  const size_t tsz = DTypeSize(opt_.dtype);
+  const size_t isz = DTypeSize(op.dtype);
+  char* tok = w.column(kTokens) + op.base * tsz;
+  if (op.real == 0) {
+    // only the end-of-document token in this piece
+  } else if (op.dtype == opt_.dtype) {
+    std::memcpy(tok, op.src, static_cast<size_t>(op.real) * tsz);
+  } else {
+    for (int64_t i = 0; i < op.real; ++i)
+      StoreInt(tok + i * tsz, opt_.dtype, LoadInt(op.src + i * isz, op.dtype));
+  }
+  if (op.real < op.k) StoreInt(tok + op.real * tsz, opt_.dtype, opt_.eod_token);
+  if (opt_.document_metadata || !pack) {
+    int32_t* pos = reinterpret_cast<int32_t*>(w.column(kPositions)) + op.base;
+    FillSeq(pos, op.pos0, 1, static_cast<size_t>(op.k));
+  }
+  if (pack) {
+    if (opt_.document_metadata) {
+      int32_t* doc = reinterpret_cast<int32_t*>(w.column(kSecond)) + op.base;
+      FillSeq(doc, op.doc, 0, static_cast<size_t>(op.k));
+    }
+  } else {
+    uint8_t* mask = reinterpret_cast<uint8_t*>(w.column(kSecond)) + op.base;
+    std::fill(mask, mask + op.k, 1);
+  }
+}
+
+void TokenPacker::RunPart(void* self, int part) {
+  auto* p = static_cast<TokenPacker*>(self);
+  const size_t begin = part == 0 ? 0 : p->split_;
+  const size_t end = part == 0 ? p->split_ : p->ops_.size();
+  for (size_t i = begin; i < end; ++i) p->Apply(p->ops_[i]);
+}
+
+Status TokenPacker::EmitBatch() {
+  if (!ops_.empty()) {
+    // Split at half the tokens: both threads write about as many bytes.
+    int64_t total = 0;
+    for (const CopyOp& op : ops_) total += op.k;
+    int64_t acc = 0;
+    split_ = 0;
+    while (split_ < ops_.size() && 2 * acc < total) acc += ops_[split_++].k;
+    if (!fork_) fork_ = std::make_unique<ForkJoin>();
+    fork_->Run(&TokenPacker::RunPart, this);
+    ops_.clear();  // keeps the capacity; drops the owners
+  }
+  return slots_.EmitBatch();
+}
+
+Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip,
+                        const std::shared_ptr<const void>* owner) {
   FieldContext ctx{row.key, opt_.field, row.url, row.offset};
   if (!tokens.is_tensor || tokens.ndim != 1 || !IsInteger(tokens.dtype))
     return FieldError(ctx, 0, "token field is not a 1-D integer array");
   if (!slots_.ready()) SHARDSTREAM_RETURN_IF_ERROR(Init());
   const bool pack = opt_.layout == TokenLayout::kPack;
+  const bool defer = parallel_ && owner != nullptr;
   const int64_t n = tokens.shape[0];
   const int64_t total = n + (pack && opt_.eod_token >= 0 ? 1 : 0);
   const int64_t L = opt_.seq_len;
-  const size_t tsz = DTypeSize(opt_.dtype);
   const size_t isz = DTypeSize(tokens.dtype);
   const char* src = tokens.data.data();
   int64_t done = std::min(skip, total);
@@ -131,31 +185,20 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
   while (done < total) {
     SHARDSTREAM_RETURN_IF_ERROR(slots_.EnsureBatch());
     BatchWriter& w = slots_.writer();
-    const int64_t k = std::min(total - done, L - col_);
-    const size_t base = static_cast<size_t>(row_ * L + col_);
-    char* tok = w.column(kTokens) + base * tsz;
-    const int64_t real = std::max<int64_t>(0, std::min(k, n - done));  // document tokens
-    if (real == 0) {
-      // only the end-of-document token in this chunk
-    } else if (tokens.dtype == opt_.dtype) {
-      std::memcpy(tok, src + static_cast<size_t>(done) * isz, static_cast<size_t>(real) * tsz);
+    CopyOp op;
+    op.k = std::min(total - done, L - col_);
+    op.base = static_cast<size_t>(row_ * L + col_);
+    op.real = std::max<int64_t>(0, std::min(op.k, n - done));  // document tokens
+    op.src = src + static_cast<size_t>(std::min(done, n)) * isz;
+    op.pos0 = static_cast<int32_t>(done);
+    op.doc = doc_in_row_;
+    op.dtype = tokens.dtype;
+    const int64_t k = op.k;
+    if (defer) {
+      op.owner = *owner;
+      ops_.push_back(std::move(op));
     } else {
-      for (int64_t i = 0; i < real; ++i)
-        StoreInt(tok + i * tsz, opt_.dtype, LoadInt(src + (done + i) * isz, tokens.dtype));
-    }
-    if (real < k) StoreInt(tok + real * tsz, opt_.dtype, opt_.eod_token);
-    if (opt_.document_metadata || !pack) {
-      int32_t* pos = reinterpret_cast<int32_t*>(w.column(kPositions)) + base;
-      FillSeq(pos, static_cast<int32_t>(done), 1, static_cast<size_t>(k));
-    }
-    if (pack) {
-      if (opt_.document_metadata) {
-        int32_t* doc = reinterpret_cast<int32_t*>(w.column(kSecond)) + base;
-        FillSeq(doc, doc_in_row_, 0, static_cast<size_t>(k));
-      }
-    } else {
-      uint8_t* mask = reinterpret_cast<uint8_t*>(w.column(kSecond)) + base;
-      std::fill(mask, mask + k, 1);
+      Apply(op);
     }
     done += k;
     col_ += k;
@@ -168,7 +211,7 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
       if (row_ == batch_size_) {
         if (done < total) w.set_carry(row.id, done);
         row_ = 0;
-        SHARDSTREAM_RETURN_IF_ERROR(slots_.EmitBatch());
+        SHARDSTREAM_RETURN_IF_ERROR(EmitBatch());
       }
     } else {
       w.set_rows(row_ + 1);
@@ -181,7 +224,7 @@ Status TokenPacker::Flush() {
   if (!slots_.ready() || !slots_.writer().active()) return Status::OK();
   if (col_ > 0) SHARDSTREAM_RETURN_IF_ERROR(EndRow());
   row_ = 0;
-  return slots_.EmitBatch();
+  return EmitBatch();
 }
 
 }  // namespace shardstream::internal

@@ -36,12 +36,20 @@ struct Args {
   std::vector<std::string> fields;
   int64_t batch_size = 256, seq_len = 2048, shuffle = 0, prefetch = 4;
   int threads = 2, open_shards = 4, runs = 3;
-  std::string chunk_size = "4MiB";
+  std::string chunk_size = "512KiB";
   bool json = false;
   bool no_metadata = false;
 };
 
 using Clock = std::chrono::steady_clock;
+// CPU time of the whole process (user + system), to tell a pipeline short of
+// cores from one that waits.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -98,6 +106,57 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
+// The least memory work token batches of these files need, with no parsing
+// and no pipeline: `threads` threads each read their files in `chunk` reads
+// and write every 4 bytes read as one token into [batch, seq_len] slots
+// (three per thread, reused), plus the doc_ids and positions the loader
+// writes when `metadata`. An upper bound for any loader on this machine:
+// it shows how much of the plain read the memory system leaves for batches.
+double IdealPackSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
+                        int64_t batch, int64_t seq_len, bool metadata) {
+  const size_t slot = static_cast<size_t>(batch * seq_len);
+  struct Lane {
+    std::vector<char> buf;
+    std::vector<int32_t> tok, doc, pos;  // three slots each, touched before timing
+  };
+  std::vector<Lane> lanes(static_cast<size_t>(threads));
+  for (Lane& l : lanes) {
+    l.buf.assign(chunk, 0);
+    l.tok.assign(3 * slot, 0);
+    if (metadata) l.doc.assign(3 * slot, 0), l.pos.assign(3 * slot, 0);
+  }
+  auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      Lane& l = lanes[static_cast<size_t>(t)];
+      size_t at = 0;  // next token in the three slots
+      int32_t doc = 0;
+      for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(threads)) {
+        auto in = DefaultSource()->OpenInputStream(urls[i], 0);
+        if (!in.ok()) return;
+        while (true) {
+          auto n = (*in)->Read(l.buf.size(), l.buf.data());
+          if (!n.ok() || *n == 0) break;
+          // In documents of 1024 tokens, as the loader places them.
+          for (size_t done = 0, total = *n / 4; done < total;) {
+            const size_t k = std::min<size_t>({total - done, 1024, 3 * slot - at});
+            std::memcpy(l.tok.data() + at, l.buf.data() + done * 4, k * 4);
+            if (metadata) {
+              std::fill(l.doc.data() + at, l.doc.data() + at + k, doc++);
+              for (size_t j = 0; j < k; ++j) l.pos[at + j] = static_cast<int32_t>(j);
+            }
+            done += k;
+            at = (at + k) % (3 * slot);
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  return Since(t0);
+}
+
 int Run(const Args& a) {
   if (!a.make_tokens.empty() || !a.make_samples.empty()) {
     Status s = MakeData(a);
@@ -139,7 +198,7 @@ int Run(const Args& a) {
     urls.push_back(e.resolved.empty() ? e.url : e.resolved);
     file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   }
-  std::vector<double> plain_s, reader_s, loader_s;
+  std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s;
   double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
@@ -182,7 +241,12 @@ int Run(const Args& a) {
       }
     }
     double reader = Since(t0);
+    double ideal = 0;
+    if (!a.tokens_field.empty())
+      ideal = IdealPackSeconds(urls, a.threads, static_cast<size_t>(*chunk), a.batch_size,
+                               a.seq_len, !a.no_metadata);
     (void)(*loader)->set_epoch(run);
+    const double cpu0 = CpuSeconds();
     t0 = Clock::now();
     uint64_t nb = 0, ns = 0, tb = 0;
     while (true) {
@@ -194,8 +258,11 @@ int Run(const Args& a) {
       tb += b->nbytes();
     }
     double lt = Since(t0);
+    const double cpu = CpuSeconds() - cpu0;
     loader_total += lt;
     if (run == 0) continue;
+    loader_cores.push_back(cpu / lt);
+    ideal_s.push_back(ideal);
     plain_s.push_back(plain);
     reader_s.push_back(reader);
     loader_s.push_back(lt);
@@ -205,6 +272,8 @@ int Run(const Args& a) {
 
   const double plain_gbs = static_cast<double>(file_bytes) / plain / 1e9;
   const double loader_gbs = static_cast<double>(file_bytes) / lt / 1e9;
+  const double ideal = Median(ideal_s);
+  const double ideal_gbs = ideal > 0 ? static_cast<double>(file_bytes) / ideal / 1e9 : 0;
   // Also the share of the loader's time (all epochs) its assembler spent
   // waiting for the readers, and for this loop.
   const LoaderStats st = (*loader)->stats();
@@ -231,6 +300,9 @@ int Run(const Args& a) {
                                           (static_cast<double>(reader_samples) / reader)},
       {"wait_p50_us", st.wait_p50_us},
       {"wait_p99_us", st.wait_p99_us},
+      {"loader_cpu_cores", Median(loader_cores)},
+      {"ideal_pack_gb_per_s", ideal_gbs},
+      {"ratio_ideal_pack_to_plain_read", ideal_gbs / plain_gbs},
       {"assembler_waiting_for_readers", st.reader_wait_seconds / loader_total},
       {"assembler_waiting_for_caller", st.caller_wait_seconds / loader_total},
       {"memory_kind", HostMemoryKindName(st.memory_kind)},
@@ -243,12 +315,16 @@ int Run(const Args& a) {
               << j["samples_per_s"].get<double>() << " samples/s, " << loader_gbs
               << " GB/s of shard files\n"
               << "plain read:  " << plain_gbs << " GB/s  (loader/plain "
-              << j["ratio_to_plain_read"].get<double>() << ")\n"
+              << j["ratio_to_plain_read"].get<double>() << ")\n";
+    if (ideal_gbs > 0)
+      std::cout << "ideal pack:  " << ideal_gbs << " GB/s  (ideal/plain "
+                << ideal_gbs / plain_gbs << "; read + copy + metadata, no parsing)\n";
+    std::cout
               << "tar reader:  " << j["tar_reader_samples_per_s"].get<double>()
               << " samples/s (loader/reader " << j["ratio_to_tar_reader_samples"].get<double>()
               << ")\nassembler waited: " << 100 * j["assembler_waiting_for_readers"].get<double>()
               << "% of the time for readers, " << 100 * j["assembler_waiting_for_caller"].get<double>()
-              << "% for this loop"
+              << "% for this loop; " << j["loader_cpu_cores"].get<double>() << " cores busy"
               << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
   }
   return 0;
