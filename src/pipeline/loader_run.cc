@@ -46,6 +46,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   lc.tar.source = opt_.source;
   lc.cache = opt_.cache.get();
   lc.ring = static_cast<size_t>(std::max<int64_t>(opt_.shard_queue, 1));
+  lc.ring_bytes = RingBytes(opt_);
   lc.lanes = std::max(opt_.open_shards, opt_.reader_threads);
   lc.threads = opt_.reader_threads;
   if (!opt_.tokens.field.empty()) {

@@ -20,6 +20,11 @@
 
 namespace shardstream::internal {
 
+// Bytes of samples a lane reads ahead at most: eight read chunks (4 MiB by
+// default), so the ring's sample count rules for small samples and this
+// for large ones.
+inline uint64_t RingBytes(const LoaderOptions& o) { return 8 * static_cast<uint64_t>(o.read_chunk); }
+
 struct RunCounters : LaneCounters {
   std::atomic<int64_t> shuffle_fill{0};
   std::atomic<int64_t> queue_depth{0};

@@ -100,22 +100,22 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
                 .count());
       }
       if (lane->count == 0) return false;
-      const size_t half = lane->ring.size() / 2;
-      const bool above = lane->count > half;
+      const bool wanted = WantsMore(*lane);
       const size_t k = std::min(lane->count, lane->taken.size());
       for (size_t i = 0; i < k; ++i) {
         LaneItem& item = lane->ring[lane->head];
         LaneItem& dst = lane->taken[i];
         using std::swap;
         swap(item, dst);  // pointer swaps: cheap under the lock
+        lane->bytes -= dst.bytes;
         lane->head = (lane->head + 1) % lane->ring.size();
       }
       lane->count -= k;
       lane->taken_pos = 0;
       lane->taken_count = k;
-      // Wake the reader only when the ring drops to half empty, so it
-      // refills in a burst instead of one context switch per sample.
-      wake = above && lane->count <= half;
+      // Wake the reader only when the ring drops below three quarters, so
+      // it refills in a burst instead of one context switch per sample.
+      wake = !wanted && WantsMore(*lane);
     }
     if (wake) g->space.notify_one();
   }
@@ -134,7 +134,8 @@ void ShardLanes::Run(Group* g) {
       {
         std::lock_guard<std::mutex> lock(g->mu);
         if (stop_.load()) return;
-        if (lane->finished || lane->count == lane->ring.size()) continue;
+        if (lane->finished || lane->count == lane->ring.size() || lane->bytes >= config_.ring_bytes)
+          continue;
         slot = (lane->head + lane->count) % lane->ring.size();
         free = lane->ring.size() - lane->count;
       }
@@ -142,9 +143,11 @@ void ShardLanes::Run(Group* g) {
       // small bursts: fewer lock round trips, little added latency.
       const size_t burst = std::min<size_t>(free, 8);
       size_t made = 0;
+      uint64_t made_bytes = 0;
       bool done = false;
       while (made < burst && !done) {
         Produce(lane, &lane->ring[slot]);
+        made_bytes += lane->ring[slot].bytes;
         slot = (slot + 1) % lane->ring.size();
         ++made;
         // Only this thread writes `finished` (under the lock, for the
@@ -154,6 +157,7 @@ void ShardLanes::Run(Group* g) {
       {
         std::lock_guard<std::mutex> lock(g->mu);
         lane->count += made;
+        lane->bytes += made_bytes;
       }
       g->data.notify_all();
       // Byte counters once per burst: an atomic add per sample is a cache
@@ -163,14 +167,14 @@ void ShardLanes::Run(Group* g) {
     }
     if (!produced) {
       std::unique_lock<std::mutex> lock(g->mu);
-      // Sleep until a lane is half empty (Pop wakes us then).
+      // Sleep until a lane wants more (Pop wakes us then).
       auto work = [&] {
         if (stop_.load()) return true;
         bool any_left = false;
         for (Lane* lane : g->lanes) {
           if (lane->finished) continue;
           any_left = true;
-          if (lane->count <= lane->ring.size() / 2) return true;
+          if (WantsMore(*lane)) return true;
         }
         return !any_left;
       };
@@ -262,6 +266,7 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
 void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   item->status = Status::OK();
   item->prepared = false;
+  item->bytes = 0;
   const size_t ri = lane->ranges[lane->next_range];
   const LaneRange& r = ranges_[ri];
   auto finish_range = [&] {
@@ -307,7 +312,8 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   ++lane->read;
   item->kind = LaneItem::kSample;
   item->shard = r.shard;
-  lane->unpublished_bytes += item->sample.bytes();
+  item->bytes = item->sample.bytes();
+  lane->unpublished_bytes += item->bytes;
   if (config_.prepare) config_.prepare(item);
 }
 

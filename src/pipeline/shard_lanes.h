@@ -39,6 +39,7 @@ struct LaneItem {
   enum Kind { kSample, kEnd, kError };
   Kind kind = kSample;
   int64_t shard = -1;  // manifest index of the sample's shard
+  uint64_t bytes = 0;  // the sample's field bytes (what it holds in memory)
   Sample sample;
   Status status;
   // Set by LaneConfig::prepare in the reader thread: a field decoded ahead
@@ -52,6 +53,7 @@ struct LaneItem {
     using std::swap;
     swap(a.kind, b.kind);
     swap(a.shard, b.shard);
+    swap(a.bytes, b.bytes);
     swap(a.sample, b.sample);
     swap(a.status, b.status);
     swap(a.prepared, b.prepared);
@@ -64,7 +66,11 @@ struct LaneItem {
 struct LaneConfig {
   TarReaderOptions tar;
   ShardCache* cache = nullptr;
-  size_t ring = 64;
+  size_t ring = 256;
+  // A lane stops reading ahead at `ring` samples or at this many bytes of
+  // samples, whichever comes first (large samples would otherwise keep
+  // ring x their size in memory).
+  uint64_t ring_bytes = uint64_t{4} << 20;
   int lanes = 4;
   int threads = 2;
   // Per-sample work moved off the consumer's thread: runs in the reader
@@ -109,6 +115,7 @@ class ShardLanes {
     std::vector<size_t> ranges;
     std::vector<LaneItem> ring;
     size_t head = 0, count = 0;   // guarded by group->mu
+    uint64_t bytes = 0;           // of the `count` samples; guarded by group->mu
     // Consumer side: items already taken from the ring, not yet popped.
     std::vector<LaneItem> taken;
     size_t taken_pos = 0, taken_count = 0;
@@ -129,6 +136,11 @@ class ShardLanes {
     std::thread thread;
   };
 
+  // Whether the reader should refill the lane: below three quarters of
+  // both limits (hysteresis: refills come in bursts). Under group->mu.
+  bool WantsMore(const Lane& lane) const {
+    return lane.count <= lane.ring.size() * 3 / 4 && lane.bytes <= config_.ring_bytes * 3 / 4;
+  }
   void Run(Group* g);
   void Produce(Lane* lane, LaneItem* item);
   Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);

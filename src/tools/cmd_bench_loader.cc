@@ -39,6 +39,7 @@ struct Args {
   std::string chunk_size = "512KiB";
   bool json = false;
   bool no_metadata = false;
+  bool loader_only = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -201,6 +202,7 @@ int Run(const Args& a) {
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s;
   double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
+  const bool loader_only = a.loader_only;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
     // The plain read uses as many threads as the loader has readers (the
     // same cores), each reading every threads-th file in 'chunk' reads.
@@ -208,7 +210,7 @@ int Run(const Args& a) {
     std::atomic<uint64_t> read{0};
     std::atomic<bool> failed{false};
     std::vector<std::thread> pool;
-    for (int t = 0; t < a.threads; ++t) {
+    for (int t = 0; t < (loader_only ? 0 : a.threads); ++t) {
       pool.emplace_back([&, t] {
         std::vector<char> b(static_cast<size_t>(*chunk));
         for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(a.threads)) {
@@ -232,6 +234,7 @@ int Run(const Args& a) {
     to.chunk_size = static_cast<size_t>(*chunk);
     Sample s;
     for (const std::string& u : urls) {
+      if (loader_only) break;
       auto r = TarReader::Open(u, to);
       if (!r.ok()) { std::cerr << "bench-loader: " << r.status() << "\n"; return 1; }
       while (true) {
@@ -242,7 +245,7 @@ int Run(const Args& a) {
     }
     double reader = Since(t0);
     double ideal = 0;
-    if (!a.tokens_field.empty())
+    if (!a.tokens_field.empty() && !loader_only)
       ideal = IdealPackSeconds(urls, a.threads, static_cast<size_t>(*chunk), a.batch_size,
                                a.seq_len, !a.no_metadata);
     (void)(*loader)->set_epoch(run);
@@ -314,15 +317,18 @@ int Run(const Args& a) {
     std::cout << "loader:      " << j["batches_per_s"].get<double>() << " batches/s, "
               << j["samples_per_s"].get<double>() << " samples/s, " << loader_gbs
               << " GB/s of shard files\n"
-              << "plain read:  " << plain_gbs << " GB/s  (loader/plain "
-              << j["ratio_to_plain_read"].get<double>() << ")\n";
+              ;
+    if (!a.loader_only)
+      std::cout << "plain read:  " << plain_gbs << " GB/s  (loader/plain "
+                << j["ratio_to_plain_read"].get<double>() << ")\n";
     if (ideal_gbs > 0)
       std::cout << "ideal pack:  " << ideal_gbs << " GB/s  (ideal/plain "
                 << ideal_gbs / plain_gbs << "; read + copy + metadata, no parsing)\n";
-    std::cout
-              << "tar reader:  " << j["tar_reader_samples_per_s"].get<double>()
-              << " samples/s (loader/reader " << j["ratio_to_tar_reader_samples"].get<double>()
-              << ")\nassembler waited: " << 100 * j["assembler_waiting_for_readers"].get<double>()
+    if (!a.loader_only)
+      std::cout << "tar reader:  " << j["tar_reader_samples_per_s"].get<double>()
+                << " samples/s (loader/reader " << j["ratio_to_tar_reader_samples"].get<double>()
+                << ")\n";
+    std::cout << "assembler waited: " << 100 * j["assembler_waiting_for_readers"].get<double>()
               << "% of the time for readers, " << 100 * j["assembler_waiting_for_caller"].get<double>()
               << "% for this loop; " << j["loader_cpu_cores"].get<double>() << " cores busy"
               << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
@@ -356,6 +362,8 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_option("--runs", a->runs, "Timed epochs (after one warm-up); medians")->capture_default_str();
   sub->add_flag("--json", a->json, "Print JSON");
   sub->add_flag("--no-document-metadata", a->no_metadata, "Token batches without doc_ids/positions");
+  sub->add_flag("--loader-only", a->loader_only,
+                "Time only the loader (for profiling; no plain read, no ratios)");
   sub->callback([a] { ExitWith(Run(*a)); });
 });
 

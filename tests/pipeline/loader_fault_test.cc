@@ -192,5 +192,35 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
               static_cast<unsigned long long>(allocations), batches);
 }
 
+// A lane reads ahead shard_queue samples but at most 8 x read_chunk bytes of
+// them: with 64 KiB samples a ring of 256 would otherwise hold 16 MiB per
+// open shard while the caller does not take the next batch.
+TEST(LoaderFaultTest, ReadAheadStopsAtTheRingsByteLimitForLargeSamples) {
+  TempDir dir;
+  DatasetSpec spec{1, 200};
+  spec.pad_bytes = 64 << 10;
+  auto d = testing::WriteDataset(dir.path(), spec);  // one shard of 12.5 MiB
+  LoaderOptions o = FieldOptions(d.manifest);
+  o.fields.push_back(FieldSpec{"pad.bin"});
+  o.batch_size = 1;
+  o.prefetch = 1;
+  o.shuffle_buffer = 0;
+  o.open_shards = 1;
+  o.reader_threads = 1;
+  o.read_chunk = 64 << 10;  // lane limit 512 KiB
+  o.shard_queue = 256;
+  auto loader = *Loader::Create(o);
+  ASSERT_FALSE(loader->next()->empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the reader stops on its own
+  const uint64_t read = loader->stats().read_bytes["file"];
+  // Ring: 512 KiB + a burst of 8 samples; the assembler's taken batch (16
+  // samples), the queued and the held batch: under 3 MiB in all.
+  EXPECT_GT(read, uint64_t{512} << 10);
+  EXPECT_LT(read, uint64_t{3} << 20);
+  // And nothing is lost: the rest of the epoch arrives.
+  auto ids = DrainIds(loader.get());
+  EXPECT_EQ(ids.size(), 199u);
+}
+
 }  // namespace
 }  // namespace shardstream
