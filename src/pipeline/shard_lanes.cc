@@ -94,7 +94,9 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
       std::unique_lock<std::mutex> lock(g->mu);
       if (lane->count == 0) {
         const auto t0 = std::chrono::steady_clock::now();
+        ++g->consumers_waiting;
         g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
+        --g->consumers_waiting;
         counters_->consumer_wait_ns += static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
                 .count());
@@ -154,12 +156,16 @@ void ShardLanes::Run(Group* g) {
         // waiting predicate); reading it here needs no lock.
         done = lane->finished;
       }
+      bool waiting;
       {
         std::lock_guard<std::mutex> lock(g->mu);
         lane->count += made;
         lane->bytes += made_bytes;
+        waiting = g->consumers_waiting > 0;
       }
-      g->data.notify_all();
+      // A futex wake per burst costs the reader more than the burst's
+      // parsing when nobody waits: only when the consumer sleeps.
+      if (waiting) g->data.notify_all();
       // Byte counters once per burst: an atomic add per sample is a cache
       // line bouncing between the reader threads.
       FlushCount(lane);

@@ -132,6 +132,7 @@ class ShardLanes {
   struct Group {
     std::mutex mu;
     std::condition_variable space, data;
+    int consumers_waiting = 0;  // in Pop, on `data`; guarded by mu
     std::vector<Lane*> lanes;
     std::thread thread;
   };
