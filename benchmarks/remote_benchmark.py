@@ -85,8 +85,11 @@ def log_bytes(log):
     return total
 
 
+BENCH_ARGS = []  # --chunk-size, passed to every `shardstream bench`
+
+
 def bench(cli, args):
-    out = subprocess.run([cli, "bench", "--json", "--no-external"] + args, check=True,
+    out = subprocess.run([cli, "bench", "--json", "--no-external"] + BENCH_ARGS + args, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -195,7 +198,10 @@ def main():
     p.add_argument("--python", default=os.environ.get("SHARDSTREAM_PYTHON", sys.executable))
     p.add_argument("--skip-upload", action="store_true")
     p.add_argument("--skip-read", action="store_true")
+    p.add_argument("--chunk-size", help="the reader's read size for every `shardstream bench`")
     a = p.parse_args()
+    if a.chunk_size:
+        BENCH_ARGS.extend(["--chunk-size", a.chunk_size])
     cli = os.path.join(a.build, "shardstream")
     result = {}
     with tempfile.TemporaryDirectory() as work:

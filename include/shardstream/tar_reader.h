@@ -63,8 +63,11 @@ struct TarReaderOptions {
   ErrorPolicy policy = ErrorPolicy::kRaise;
   TarEngine engine = TarEngine::kFast;
   // Size of each read and of the buffers fields point into; at least 64 KiB.
-  // Default: 4 MiB.
-  size_t chunk_size = size_t{4} << 20;
+  // A member larger than half of it gets a buffer of its own. Default:
+  // 512 KiB, small enough to stay in the CPU cache between the read and the
+  // parse (measured 10-20% faster than 4 MiB on 1 and 8 KiB samples, the
+  // same on 1 MiB samples).
+  size_t chunk_size = size_t{512} << 10;
   // Source used by the url-taking factories. Default: DefaultSource().
   Source* source = nullptr;
   // Record each sample in index() as it is read. A caller that never asks

@@ -25,7 +25,7 @@ struct BenchArgs {
   std::vector<std::string> shards;
   int runs = 5;
   std::string dest_size = "8MiB";
-  std::string chunk_size = "4MiB";
+  std::string chunk_size = "512KiB";
   bool libarchive = false, json = false, no_external = false;
   CacheFlags cache;
 };
