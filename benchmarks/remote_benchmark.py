@@ -5,6 +5,8 @@ Reading (nginx on loopback, `sendfile on`, access log with bytes sent):
   * `curl -s -o /dev/null` of a shard                      (the reference)
   * `shardstream bench URL` with the cache off             (TarReader over HttpSource)
   * `shardstream bench URL --cache-dir D`, first run        (TarReader while the cache fills)
+  * `benchmarks/fill_reference_benchmark URL FILE`          (libcurl into a file in 1 MiB writes:
+                                                             what filling alone can reach here)
   * the same, later runs                                   (second epoch, from the cache)
   * `shardstream bench ENTRY` on the cached file itself     (the reference for the above)
   * a further epoch with `shardstream ls --cache-dir D`; the nginx log must not grow
@@ -104,6 +106,17 @@ def med(values):
     return round(statistics.median(values), 3)
 
 
+def fill_reference(build, url, path):
+    """GB/s of receiving the shard with libcurl and writing it to a file in 1 MiB blocks (no
+    hash, no reader): what filling a cache entry can reach here. None without the binary."""
+    exe = os.path.join(build, "benchmarks", "fill_reference_benchmark")
+    if not os.access(exe, os.X_OK):
+        return None
+    out = subprocess.run([exe, url, path, "--runs", "1"], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)["median_gbps"]
+
+
 def reading(cli, work, size_mib, runs):
     root = os.path.join(work, "www")
     os.makedirs(root)
@@ -115,13 +128,18 @@ def reading(cli, work, size_mib, runs):
     proc, port, log = start_nginx(work, root)
     url = "http://127.0.0.1:%d/shard.tar" % port
     r = {k: [] for k in ("curl", "curl_ttfb_ms", "off", "off_first_ms", "fill", "fill_first_ms",
-                         "epoch2", "direct", "direct_plain", "later_source_bytes",
+                         "fill_reference", "epoch2", "direct", "direct_plain", "later_source_bytes",
                          "ls_epoch_network_bytes")}
     try:
         for i in range(runs):
             g, ttfb = curl_gbps(url, size)
             r["curl"].append(g)
             r["curl_ttfb_ms"].append(ttfb)
+            # Before the cache's runs: its fdatasync'ed entry would otherwise still be written
+            # back while the reference writes (the reference's own file is unlinked unsynced).
+            ref = fill_reference(os.path.dirname(cli), url, os.path.join(work, "reference.tar"))
+            if ref is not None:
+                r["fill_reference"].append(ref)
             off = bench(cli, [url, "--runs", "1"])
             r["off"].append(off["reader_gbps"])
             r["off_first_ms"].append(off["first_sample_ms"])
@@ -129,6 +147,7 @@ def reading(cli, work, size_mib, runs):
             filled = bench(cli, [url, "--runs", "3", "--cache-dir", cache, "--cache-limit", "64G"])
             r["fill"].append(filled["cache_fill_gbps"])
             r["fill_first_ms"].append(filled["first_run_first_sample_ms"])
+
             r["epoch2"].append(filled["reader_gbps"])
             r["later_source_bytes"].append(filled["later_runs_source_bytes"])
             entry = [os.path.join(cache, f) for f in os.listdir(cache) if f.endswith(".shard")][0]
@@ -153,6 +172,9 @@ def reading(cli, work, size_mib, runs):
         "cache_off_first_sample_ms": med(r["off_first_ms"]),
         "cache_fill_gbps": med(r["fill"]), "cache_fill_vs_curl": round(med(r["fill"]) / curl, 3),
         "cache_fill_first_sample_ms": med(r["fill_first_ms"]),
+        "fill_reference_gbps": med(r["fill_reference"]) if r["fill_reference"] else None,
+        "fill_reference_vs_curl": (round(med(r["fill_reference"]) / curl, 3)
+                                   if r["fill_reference"] else None),
         "epoch2_from_cache_gbps": med(r["epoch2"]),
         "direct_cached_file_reader_gbps": med(r["direct"]),
         "direct_cached_file_plain_gbps": med(r["direct_plain"]),
