@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "pipeline/decode_error.h"
+#include "pipeline/wait_histogram.h"
 
 using shardstream::internal::FieldError;
 
@@ -40,11 +41,7 @@ Status SlotSource::EnsureBatch() {
   if (writer_->active()) return Status::OK();
   const auto t0 = std::chrono::steady_clock::now();
   auto acquired = pool_->Acquire();
-  if (config_.wait_ns != nullptr) {
-    *config_.wait_ns += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count());
-  }
+  if (config_.wait_ns != nullptr) AddWaitSince(config_.wait_ns, t0);
   SHARDSTREAM_ASSIGN_OR_RETURN(std::shared_ptr<HostBuffer> slot, std::move(acquired));
   writer_->Begin(std::move(slot), urls_, epoch_, next_index_++);
   return Status::OK();

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "pipeline/prng.h"
 #include "pipeline/shuffle_buffer.h"
+#include "pipeline/wait_histogram.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
@@ -20,6 +21,28 @@ constexpr uint64_t kShuffleStream = 0x73687566;     // "shuf"
 uint64_t Mix(uint64_t a, uint64_t b) {
   uint64_t s = a * 0x9e3779b97f4a7c15ULL ^ b;
   return SplitMix64(&s);
+}
+
+// The token field of a sample item, decoded into the item (a reader thread).
+void DecodeTokens(const FieldSpec& spec, LaneItem* item) {
+  const Sample& s = item->sample;
+  const Field* f = s.Find(spec.name);
+  if (f == nullptr) {
+    item->decode_status = Status(StatusCode::kCorrupt,
+                                 "sample '" + s.key + "' in " + s.url + " at offset " +
+                                     std::to_string(s.offset) + " has no token field '" +
+                                     spec.name + "'",
+                                 s.url, static_cast<int64_t>(s.offset));
+    return;
+  }
+  item->decoded_field = static_cast<size_t>(f - s.fields.data());
+  auto tokens = DecodeField(f->data, spec, FieldContext{s.key, spec.name, s.url, f->offset});
+  if (tokens.ok()) {
+    item->decoded = *tokens;
+    item->decode_status = Status::OK();
+  } else {
+    item->decode_status = tokens.status();
+  }
 }
 
 }  // namespace
@@ -50,16 +73,18 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   lc.lanes = std::max(opt_.open_shards, opt_.reader_threads);
   lc.threads = opt_.reader_threads;
   if (!opt_.tokens.field.empty()) {
-    token_spec_.name = opt_.tokens.field;
-    if (DecodeForName(token_spec_.name) != FieldDecode::kNpy) {
-      token_spec_.decode = FieldDecode::kRaw;
-      token_spec_.dtype = opt_.tokens.input_dtype;
-      token_spec_.shape = {-1};
+    FieldSpec spec;
+    spec.name = opt_.tokens.field;
+    if (DecodeForName(spec.name) != FieldDecode::kNpy) {
+      spec.decode = FieldDecode::kRaw;
+      spec.dtype = opt_.tokens.input_dtype;
+      spec.shape = {-1};
     }
     // Decoding the token field (parsing its .npy header) costs as much as
     // placing the tokens: the readers do it, in parallel, ahead of the
     // assembler's single thread.
-    lc.prepare = [spec = token_spec_](LaneItem* item) { DecodeTokens(spec, item); };
+    // Process() relies on it: every sample item reaches it decoded.
+    lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
   }
   lanes_ = std::make_unique<ShardLanes>(std::move(ranges), lc, counters_);
 
@@ -120,9 +145,7 @@ Status LoaderRun::Emit(Batch&& b) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   Status s = queue_.Push(std::move(b));  // blocks while the queue is full
-  counters_->caller_wait_ns += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count());
+  AddWaitSince(&counters_->caller_wait_ns, t0);
   counters_->queue_depth = static_cast<int64_t>(queue_.size());
   return s;
 }
@@ -138,28 +161,6 @@ void LoaderRun::Assemble() {
   }
 }
 
-void LoaderRun::DecodeTokens(const FieldSpec& spec, LaneItem* item) {
-  const Sample& s = item->sample;
-  item->prepared = true;
-  const Field* f = s.Find(spec.name);
-  if (f == nullptr) {
-    item->decode_status = Status(StatusCode::kCorrupt,
-                                 "sample '" + s.key + "' in " + s.url + " at offset " +
-                                     std::to_string(s.offset) + " has no token field '" +
-                                     spec.name + "'",
-                                 s.url, static_cast<int64_t>(s.offset));
-    return;
-  }
-  item->decoded_field = static_cast<size_t>(f - s.fields.data());
-  auto tokens = DecodeField(f->data, spec, FieldContext{s.key, spec.name, s.url, f->offset});
-  if (tokens.ok()) {
-    item->decoded = *tokens;
-    item->decode_status = Status::OK();
-  } else {
-    item->decode_status = tokens.status();
-  }
-}
-
 Status LoaderRun::Process(LaneItem* item) {
   const Sample& s = item->sample;
   RowInput row;
@@ -169,7 +170,6 @@ Status LoaderRun::Process(LaneItem* item) {
   row.offset = s.offset;
   Status st;
   if (packer_) {
-    if (!item->prepared) DecodeTokens(token_spec_, item);
     if (item->decode_status.ok()) {
       int64_t skip = 0;
       if (!config_.skip_tokens.empty()) {

@@ -64,8 +64,6 @@ class LoaderRun {
   void Assemble();
   Status Pipeline();
   Status Process(LaneItem* item);  // after the shuffle: decode and batch
-  // The token field of a sample item, decoded into the item (any thread).
-  static void DecodeTokens(const FieldSpec& spec, LaneItem* item);
   Status Emit(Batch&& b);
 
   RunConfig config_;
@@ -75,7 +73,6 @@ class LoaderRun {
   std::unique_ptr<ShardLanes> lanes_;
   std::unique_ptr<SampleBatcher> batcher_;
   std::unique_ptr<TokenPacker> packer_;
-  FieldSpec token_spec_;
   std::vector<FieldRef> refs_;
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "pipeline/wait_histogram.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
@@ -97,9 +98,7 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
         ++g->consumers_waiting;
         g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
         --g->consumers_waiting;
-        counters_->consumer_wait_ns += static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-                .count());
+        AddWaitSince(&counters_->consumer_wait_ns, t0);
       }
       if (lane->count == 0) return false;
       const bool wanted = WantsMore(*lane);
@@ -271,7 +270,6 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
 
 void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   item->status = Status::OK();
-  item->prepared = false;
   item->bytes = 0;
   const size_t ri = lane->ranges[lane->next_range];
   const LaneRange& r = ranges_[ri];

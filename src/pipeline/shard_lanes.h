@@ -44,7 +44,6 @@ struct LaneItem {
   Status status;
   // Set by LaneConfig::prepare in the reader thread: a field decoded ahead
   // (a view into `sample`), or why it could not be.
-  bool prepared = false;
   size_t decoded_field = 0;  // index in sample.fields
   DecodedField decoded;
   Status decode_status;
@@ -56,7 +55,6 @@ struct LaneItem {
     swap(a.bytes, b.bytes);
     swap(a.sample, b.sample);
     swap(a.status, b.status);
-    swap(a.prepared, b.prepared);
     swap(a.decoded_field, b.decoded_field);
     swap(a.decoded, b.decoded);
     swap(a.decode_status, b.decode_status);

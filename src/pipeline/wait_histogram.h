@@ -1,14 +1,25 @@
-// The next() wait histogram: power-of-two microsecond buckets, fixed size,
-// so recording a wait allocates nothing.
+// Where the pipeline waits: the next() wait histogram (power-of-two
+// microsecond buckets, fixed size, so recording a wait allocates nothing)
+// and the counters of the reader and caller waits.
 #ifndef SHARDSTREAM_PIPELINE_WAIT_HISTOGRAM_H_
 #define SHARDSTREAM_PIPELINE_WAIT_HISTOGRAM_H_
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "shardstream/loader.h"
 
 namespace shardstream::internal {
+
+// Adds the nanoseconds since t0 to a wait counter (the stats' reader and
+// caller waits).
+inline void AddWaitSince(std::atomic<uint64_t>* ns, std::chrono::steady_clock::time_point t0) {
+  *ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+}
 
 class WaitHistogram {
  public:

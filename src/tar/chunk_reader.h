@@ -34,14 +34,13 @@ class ChunkReader {
   // Skips n bytes; returns false at a premature end.
   Result<bool> Skip(uint64_t n);
 
-  // Chunks whose last view is gone come back to a process-wide pool for reuse: a fresh 4 MiB
-  // allocation costs a page fault per 4 KiB, more than the read itself.
+  // Chunks whose last view is gone come back to a process-wide pool for reuse: a fresh
+  // chunk costs a page fault per 4 KiB, more than the read itself.
   struct Pool;
 
  private:
   Result<size_t> Fill();  // reads into the free tail of the chunk
   std::shared_ptr<char> NewChunk();
-
 
   ByteStream* in_;
   size_t chunk_size_;

@@ -107,6 +107,56 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
+// The plain read, the bandwidth ceiling: as many threads as the loader has
+// readers (the same cores), each reading every threads-th file in `chunk`
+// reads. *bytes receives what was read.
+Result<double> PlainReadSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
+                                uint64_t* bytes) {
+  const auto t0 = Clock::now();
+  std::atomic<uint64_t> read{0};
+  std::vector<Status> failed(static_cast<size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<char> b(chunk);
+      for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(threads)) {
+        auto in = DefaultSource()->OpenInputStream(urls[i], 0);
+        if (!in.ok()) { failed[static_cast<size_t>(t)] = in.status(); return; }
+        while (true) {
+          auto n = (*in)->Read(b.size(), b.data());
+          if (!n.ok()) { failed[static_cast<size_t>(t)] = n.status(); return; }
+          if (*n == 0) break;
+          read += *n;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (const Status& s : failed) SHARDSTREAM_RETURN_IF_ERROR(s);
+  *bytes = read.load();
+  return Since(t0);
+}
+
+// The bare tar reader on one thread: samples only, no copy. *samples
+// receives how many.
+Result<double> TarReaderSeconds(const std::vector<std::string>& urls, size_t chunk,
+                                uint64_t* samples) {
+  const auto t0 = Clock::now();
+  TarReaderOptions to;
+  to.chunk_size = chunk;
+  Sample s;
+  *samples = 0;
+  for (const std::string& u : urls) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto r, TarReader::Open(u, to));
+    while (true) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(bool more, r->Next(&s));
+      if (!more) break;
+      ++*samples;
+    }
+  }
+  return Since(t0);
+}
+
 // The least memory work token batches of these files need, with no parsing
 // and no pipeline: `threads` threads each read their files in `chunk` reads
 // and write every 4 bytes read as one token into [batch, seq_len] slots
@@ -202,55 +252,24 @@ int Run(const Args& a) {
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s;
   double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
-  const bool loader_only = a.loader_only;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
-    // The plain read uses as many threads as the loader has readers (the
-    // same cores), each reading every threads-th file in 'chunk' reads.
-    auto t0 = Clock::now();
-    std::atomic<uint64_t> read{0};
-    std::atomic<bool> failed{false};
-    std::vector<std::thread> pool;
-    for (int t = 0; t < (loader_only ? 0 : a.threads); ++t) {
-      pool.emplace_back([&, t] {
-        std::vector<char> b(static_cast<size_t>(*chunk));
-        for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(a.threads)) {
-          auto in = DefaultSource()->OpenInputStream(urls[i], 0);
-          if (!in.ok()) { failed = true; return; }
-          while (true) {
-            auto n = (*in)->Read(b.size(), b.data());
-            if (!n.ok() || *n == 0) break;
-            read += *n;
-          }
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-    if (failed) { std::cerr << "bench-loader: cannot read a shard\n"; return 1; }
-    double plain = Since(t0);
-    if (file_bytes == 0) file_bytes = read.load();
-    t0 = Clock::now();
+    double plain = 0, reader = 0, ideal = 0;
     uint64_t rs = 0;
-    TarReaderOptions to;
-    to.chunk_size = static_cast<size_t>(*chunk);
-    Sample s;
-    for (const std::string& u : urls) {
-      if (loader_only) break;
-      auto r = TarReader::Open(u, to);
+    if (!a.loader_only) {
+      uint64_t read = 0;
+      auto p = PlainReadSeconds(urls, a.threads, static_cast<size_t>(*chunk), &read);
+      auto r = p.ok() ? TarReaderSeconds(urls, static_cast<size_t>(*chunk), &rs) : p;
       if (!r.ok()) { std::cerr << "bench-loader: " << r.status() << "\n"; return 1; }
-      while (true) {
-        auto more = (*r)->Next(&s);
-        if (!more.ok() || !*more) break;
-        ++rs;
-      }
+      plain = *p;
+      reader = *r;
+      if (file_bytes == 0) file_bytes = read;
+      if (!a.tokens_field.empty())
+        ideal = IdealPackSeconds(urls, a.threads, static_cast<size_t>(*chunk), a.batch_size,
+                                 a.seq_len, !a.no_metadata);
     }
-    double reader = Since(t0);
-    double ideal = 0;
-    if (!a.tokens_field.empty() && !loader_only)
-      ideal = IdealPackSeconds(urls, a.threads, static_cast<size_t>(*chunk), a.batch_size,
-                               a.seq_len, !a.no_metadata);
     (void)(*loader)->set_epoch(run);
     const double cpu0 = CpuSeconds();
-    t0 = Clock::now();
+    const auto t0 = Clock::now();
     uint64_t nb = 0, ns = 0, tb = 0;
     while (true) {
       auto b = (*loader)->next();
@@ -273,7 +292,7 @@ int Run(const Args& a) {
   }
   const double plain = Median(plain_s), reader = Median(reader_s), lt = Median(loader_s);
 
-  const double plain_gbs = static_cast<double>(file_bytes) / plain / 1e9;
+  const double plain_gbs = plain > 0 ? static_cast<double>(file_bytes) / plain / 1e9 : 0;
   const double loader_gbs = static_cast<double>(file_bytes) / lt / 1e9;
   const double ideal = Median(ideal_s);
   const double ideal_gbs = ideal > 0 ? static_cast<double>(file_bytes) / ideal / 1e9 : 0;
@@ -295,44 +314,46 @@ int Run(const Args& a) {
       {"samples_per_s", static_cast<double>(samples) / lt},
       {"loader_file_gb_per_s", loader_gbs},
       {"loader_tensor_gb_per_s", static_cast<double>(tensor_bytes) / lt / 1e9},
-      {"plain_read_gb_per_s", plain_gbs},
-      {"plain_read_threads", a.threads},
-      {"ratio_to_plain_read", loader_gbs / plain_gbs},
-      {"tar_reader_samples_per_s", static_cast<double>(reader_samples) / reader},
-      {"ratio_to_tar_reader_samples", (static_cast<double>(samples) / lt) /
-                                          (static_cast<double>(reader_samples) / reader)},
       {"wait_p50_us", st.wait_p50_us},
       {"wait_p99_us", st.wait_p99_us},
       {"loader_cpu_cores", Median(loader_cores)},
-      {"ideal_pack_gb_per_s", ideal_gbs},
-      {"ratio_ideal_pack_to_plain_read", ideal_gbs / plain_gbs},
       {"assembler_waiting_for_readers", st.reader_wait_seconds / loader_total},
       {"assembler_waiting_for_caller", st.caller_wait_seconds / loader_total},
       {"memory_kind", HostMemoryKindName(st.memory_kind)},
       {"peak_rss_bytes", PeakRssBytes()},
   };
+  const double reader_sps = reader > 0 ? static_cast<double>(reader_samples) / reader : 0;
+  if (!a.loader_only) {
+    j["plain_read_gb_per_s"] = plain_gbs;
+    j["plain_read_threads"] = a.threads;
+    j["ratio_to_plain_read"] = loader_gbs / plain_gbs;
+    j["tar_reader_samples_per_s"] = reader_sps;
+    j["ratio_to_tar_reader_samples"] = (static_cast<double>(samples) / lt) / reader_sps;
+    if (ideal_gbs > 0) {
+      j["ideal_pack_gb_per_s"] = ideal_gbs;
+      j["ratio_ideal_pack_to_plain_read"] = ideal_gbs / plain_gbs;
+    }
+  }
   if (a.json) {
     std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << "loader:      " << j["batches_per_s"].get<double>() << " batches/s, "
-              << j["samples_per_s"].get<double>() << " samples/s, " << loader_gbs
-              << " GB/s of shard files\n"
-              ;
-    if (!a.loader_only)
-      std::cout << "plain read:  " << plain_gbs << " GB/s  (loader/plain "
-                << j["ratio_to_plain_read"].get<double>() << ")\n";
-    if (ideal_gbs > 0)
-      std::cout << "ideal pack:  " << ideal_gbs << " GB/s  (ideal/plain "
-                << ideal_gbs / plain_gbs << "; read + copy + metadata, no parsing)\n";
-    if (!a.loader_only)
-      std::cout << "tar reader:  " << j["tar_reader_samples_per_s"].get<double>()
-                << " samples/s (loader/reader " << j["ratio_to_tar_reader_samples"].get<double>()
-                << ")\n";
-    std::cout << "assembler waited: " << 100 * j["assembler_waiting_for_readers"].get<double>()
-              << "% of the time for readers, " << 100 * j["assembler_waiting_for_caller"].get<double>()
-              << "% for this loop; " << j["loader_cpu_cores"].get<double>() << " cores busy"
-              << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
+    return 0;
   }
+  std::cout << "loader:      " << j["batches_per_s"].get<double>() << " batches/s, "
+            << j["samples_per_s"].get<double>() << " samples/s, " << loader_gbs
+            << " GB/s of shard files\n";
+  if (!a.loader_only) {
+    std::cout << "plain read:  " << plain_gbs << " GB/s  (loader/plain " << loader_gbs / plain_gbs
+              << ")\n";
+    if (ideal_gbs > 0)
+      std::cout << "ideal pack:  " << ideal_gbs << " GB/s  (ideal/plain " << ideal_gbs / plain_gbs
+                << "; read + copy + metadata, no parsing)\n";
+    std::cout << "tar reader:  " << reader_sps << " samples/s (loader/reader "
+              << j["ratio_to_tar_reader_samples"].get<double>() << ")\n";
+  }
+  std::cout << "assembler waited: " << 100 * j["assembler_waiting_for_readers"].get<double>()
+            << "% of the time for readers, " << 100 * j["assembler_waiting_for_caller"].get<double>()
+            << "% for this loop; " << j["loader_cpu_cores"].get<double>() << " cores busy"
+            << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
   return 0;
 }
 
