@@ -186,27 +186,6 @@ TEST_F(RemoteS3CheckpointTest, UploaderKilledMidMultipartLeavesNothingCommitted)
   EXPECT_TRUE(VerifyCheckpoint(*DefaultSource(), JoinUrl(remote, m->name), *m).ok());
 }
 
-// A writer and an uploader wired together (as the Python manager does).
-struct Wired {
-  std::unique_ptr<Uploader> uploader;
-  std::unique_ptr<CheckpointWriter> writer;
-};
-Wired Wire(const std::string& local, const std::string& remote, UploaderOptions uo) {
-  Wired p;
-  auto u = Uploader::Create(local, remote, std::move(uo));
-  EXPECT_TRUE(u.ok()) << u.status();
-  p.uploader = std::move(*u);
-  CheckpointWriterOptions o;
-  o.keep_last = 2;
-  Uploader* up = p.uploader.get();
-  o.in_use = [up](const std::string& n) { return up->InUse(n); };
-  o.on_commit = [up](const CheckpointManifest& m) { up->Enqueue(m.name); };
-  auto w = CheckpointWriter::Open(local, o);
-  EXPECT_TRUE(w.ok()) << w.status();
-  p.writer = std::move(*w);
-  return p;
-}
-
 // Every key under an s3 prefix url, relative to it.
 std::vector<std::string> Keys(S3Client& client, const std::string& prefix) {
   auto all = client.List(prefix + "/", true);
@@ -223,7 +202,7 @@ TEST_F(RemoteS3CheckpointTest, RestoreFromTheRemoteAloneSkipsUncommittedAndCorru
   // takes without it (the client lists wider and groups keys itself).
   const std::string remote = "s3://ckpt/runs/restore";
   {
-    Wired p = Wire(local.path(), remote, {});
+    WiredCheckpoints p = WireUploader(local.path(), remote, {});
     for (int step = 1; step <= 4; ++step)
       ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step, 100000)).ok());
     ASSERT_TRUE(p.uploader->Wait(60000).ok());
@@ -314,7 +293,7 @@ TEST_F(RemoteS3CheckpointTest, RemoteRotationDeletesEveryKeyOfOldCheckpoints) {
   uo.keep_last = 2;
   uo.keep_every_steps = 3;
   {
-    Wired p = Wire(local.path(), remote, uo);
+    WiredCheckpoints p = WireUploader(local.path(), remote, uo);
     for (int step = 1; step <= 7; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
     ASSERT_TRUE(p.uploader->Wait(60000).ok());
   }

@@ -171,6 +171,39 @@ TEST(TarCliTest, BenchReportsBothReadsAndRatio) {
   EXPECT_GT(j["peak_rss_mib"].get<double>(), 0);
 }
 
+TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
+  TempDir dir;
+  const std::string data = dir.Join("tokens");
+  ASSERT_EQ(RunCommand(Cli() + " bench-loader --make-tokens " + data +
+                       " --count 400 --mean-tokens 100 --shard-mib 1"),
+            0);
+  const std::string run = Cli() + " bench-loader " + data +
+                          "/manifest.jsonl --tokens tokens.npy --batch-size 8 --seq-len 128 --runs 1";
+  std::string output;
+  ASSERT_EQ(RunCommand(run + " --json", &output), 0) << output;
+  auto j = nlohmann::json::parse(output);
+  EXPECT_GT(j["batches_per_s"].get<double>(), 0);
+  EXPECT_GT(j["loader_file_gb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["plain_read_gb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["ideal_pack_gb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["ratio_ideal_pack_to_plain_read"].get<double>(), 0);
+  EXPECT_GT(j["tar_reader_samples_per_s"].get<double>(), 0);
+  EXPECT_GT(j["loader_cpu_cores"].get<double>(), 0);
+  EXPECT_TRUE(j["document_metadata"].get<bool>());
+
+  // --loader-only times the loader alone: no comparison figures at all.
+  ASSERT_EQ(RunCommand(run + " --json --loader-only", &output), 0) << output;
+  j = nlohmann::json::parse(output);
+  EXPECT_GT(j["loader_file_gb_per_s"].get<double>(), 0);
+  EXPECT_FALSE(j.contains("plain_read_gb_per_s"));
+  EXPECT_FALSE(j.contains("ideal_pack_gb_per_s"));
+
+  // A shard gone: exit 1 naming it.
+  std::filesystem::remove(data + "/shard-000000.tar");
+  EXPECT_EQ(RunCommand(run, &output), 1) << output;
+  EXPECT_NE(output.find("shard-000000.tar"), std::string::npos) << output;
+}
+
 TEST(TarCliTest, EverySubcommandHasHelp) {
   for (const char* cmd : {"pack", "ls", "index", "verify", "bench", "manifest"}) {
     std::string output;

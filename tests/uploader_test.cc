@@ -27,30 +27,9 @@ namespace {
 using testing::CheckStepFiles;
 using testing::FaultSource;
 using testing::StepFiles;
+using testing::WiredCheckpoints;
+using testing::WireUploader;
 namespace fs = std::filesystem;
-
-// A writer and an uploader wired together as the Python manager will do it.
-struct Pair {
-  std::unique_ptr<Uploader> uploader;
-  std::unique_ptr<CheckpointWriter> writer;
-};
-
-Pair Wire(const std::string& local, const std::string& remote, UploaderOptions uo,
-          int keep_last = 2) {
-  Pair p;
-  auto u = Uploader::Create(local, remote, std::move(uo));
-  EXPECT_TRUE(u.ok()) << u.status();
-  p.uploader = std::move(*u);
-  CheckpointWriterOptions o;
-  o.keep_last = keep_last;
-  Uploader* up = p.uploader.get();
-  o.in_use = [up](const std::string& n) { return up->InUse(n); };
-  o.on_commit = [up](const CheckpointManifest& m) { up->Enqueue(m.name); };
-  auto w = CheckpointWriter::Open(local, o);
-  EXPECT_TRUE(w.ok()) << w.status();
-  p.writer = std::move(*w);
-  return p;
-}
 
 // Every checkpoint the remote presents as committed is complete and right.
 void ExpectRemoteHonest(const std::string& remote, size_t max_size = 4096) {
@@ -66,7 +45,7 @@ void ExpectRemoteHonest(const std::string& remote, size_t max_size = 4096) {
 TEST(UploaderTest, UploadsCommitsAndRestoresFromTheRemoteAlone) {
   testing::TempDir local, remote;
   {
-    Pair p = Wire(local.path(), remote.path(), {});
+    WiredCheckpoints p = WireUploader(local.path(), remote.path(), {});
     for (int step = 1; step <= 4; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
     ASSERT_TRUE(p.uploader->Wait(10000).ok());
     for (int step = 1; step <= 4; ++step) {
@@ -113,7 +92,7 @@ TEST(UploaderTest, UploadsCommitsAndRestoresFromTheRemoteAlone) {
 TEST(UploaderTest, RestoreSkipsUncommittedAndCorruptRemoteCheckpoints) {
   testing::TempDir local, remote;
   {
-    Pair p = Wire(local.path(), remote.path(), {});
+    WiredCheckpoints p = WireUploader(local.path(), remote.path(), {});
     for (int step = 1; step <= 3; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
     ASSERT_TRUE(p.uploader->Wait(10000).ok());
   }
@@ -157,7 +136,7 @@ TEST(UploaderTest, FailingDestinationIsReportedRetriedAndKeepsTheLocalCopy) {
   uo.remote_source = dest;
   uo.retry_initial_ms = 1;
   uo.retry_after_ms = 3600 * 1000;  // only RetryFailed() brings it back
-  Pair p = Wire(local.path(), remote.path(), uo, /*keep_last=*/1);
+  WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo, /*keep_last=*/1);
   ASSERT_TRUE(p.writer->SaveFiles(1, StepFiles(1)).ok());
   Status s = p.uploader->Wait(10000);
   EXPECT_EQ(s.code(), StatusCode::kIo) << s;
@@ -202,7 +181,7 @@ TEST(UploaderTest, TransientErrorsAreRetriedPerFile) {
   UploaderOptions uo;
   uo.remote_source = dest;
   uo.retry_initial_ms = 1;
-  Pair p = Wire(local.path(), remote.path(), uo);
+  WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo);
   ASSERT_TRUE(p.writer->SaveFiles(1, StepFiles(1, 1 << 16)).ok());
   ASSERT_TRUE(p.uploader->Wait(10000).ok());
   EXPECT_EQ(p.uploader->StatusOf("ckpt-000001")->attempts, 1);
@@ -223,7 +202,7 @@ TEST(UploaderTest, MultipartUploadsPartsInParallelWithPerPartRetries) {
   uo.part_size = 64 << 10;
   uo.part_threads = 4;
   uo.retry_initial_ms = 1;
-  Pair p = Wire(local.path(), remote.path(), uo);
+  WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo);
   constexpr size_t kMax = 1 << 20;  // files up to 1 MiB: up to 16 parts
   ASSERT_TRUE(p.writer->SaveFiles(7, StepFiles(7, kMax)).ok());
   ASSERT_TRUE(p.uploader->Wait(20000).ok()) << p.uploader->StatusOf("ckpt-000007")->error;
@@ -248,7 +227,7 @@ TEST(UploaderTest, MultipartPartFailingForGoodAbortsTheUpload) {
   uo.part_size = 1024;
   uo.attempts = 3;
   uo.retry_initial_ms = 1;
-  Pair p = Wire(local.path(), remote.path(), uo);
+  WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo);
   ASSERT_TRUE(p.writer->SaveFiles(1, StepFiles(1, 8192)).ok());
   Status s = p.uploader->Wait(10000);
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
@@ -268,7 +247,7 @@ TEST(UploaderTest, DestroyedMidUploadNeverCommits) {
   uo.multipart_threshold = 1;
   uo.part_size = 4096;
   uo.part_threads = 2;
-  Pair p = Wire(local.path(), remote.path(), uo);
+  WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo);
   ASSERT_TRUE(p.writer->SaveFiles(1, StepFiles(1, 1 << 18)).ok());
   // Wait (not a fixed sleep: a loaded machine may start the upload late)
   // until the upload is under way.
@@ -345,7 +324,7 @@ TEST(UploaderTest, KilledMidMultipartNeverCommitsAndStaleUploadsAreAborted) {
 TEST(UploaderTest, ReuploadOfChangedContentRemovesTheOldMarkerFirst) {
   testing::TempDir local, remote;
   {
-    Pair p = Wire(local.path(), remote.path(), {});
+    WiredCheckpoints p = WireUploader(local.path(), remote.path(), {});
     ASSERT_TRUE(p.writer->SaveFiles(5, StepFiles(5)).ok());
     ASSERT_TRUE(p.uploader->Wait(10000).ok());
   }
@@ -356,7 +335,7 @@ TEST(UploaderTest, ReuploadOfChangedContentRemovesTheOldMarkerFirst) {
   UploaderOptions uo;
   uo.remote_source = dest;
   uo.attempts = 1;
-  Pair p = Wire(local.path(), remote.path(), uo);
+  WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo);
   ASSERT_TRUE(p.writer->SaveFiles(5, StepFiles(6)).ok());  // other content, same step
   EXPECT_FALSE(p.uploader->Wait(10000).ok());
   // The old marker is gone: the remote does not present the mix as step 5.
@@ -380,7 +359,7 @@ TEST(UploaderTest, RemoteRotationKeepsTheNewestAndEveryMthStep) {
   uo.keep_last = 2;
   uo.keep_every_steps = 3;
   {
-    Pair p = Wire(local.path(), remote.path(), uo);
+    WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo);
     for (int step = 1; step <= 7; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
     ASSERT_TRUE(p.uploader->Wait(10000).ok());
   }
@@ -396,7 +375,7 @@ TEST(UploaderTest, RemoteRotationKeepsTheNewestAndEveryMthStep) {
   // keep_last 0 (the default) keeps everything.
   testing::TempDir local2, remote2;
   {
-    Pair p = Wire(local2.path(), remote2.path(), {});
+    WiredCheckpoints p = WireUploader(local2.path(), remote2.path(), {});
     for (int step = 1; step <= 4; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
     ASSERT_TRUE(p.uploader->Wait(10000).ok());
   }
@@ -406,7 +385,7 @@ TEST(UploaderTest, RemoteRotationKeepsTheNewestAndEveryMthStep) {
 TEST(UploaderTest, RemoteRotationNeverDeletesWhatLatestNames) {
   testing::TempDir local, remote;
   {
-    Pair p = Wire(local.path(), remote.path(), {}, 0);
+    WiredCheckpoints p = WireUploader(local.path(), remote.path(), {}, 0);
     for (int step = 1; step <= 3; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
     ASSERT_TRUE(p.uploader->Wait(10000).ok());
   }
@@ -416,7 +395,7 @@ TEST(UploaderTest, RemoteRotationNeverDeletesWhatLatestNames) {
   UploaderOptions uo;
   uo.keep_last = 1;
   uo.write_latest_hint = false;
-  Pair p = Wire(local.path(), remote.path(), uo, 0);
+  WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo, 0);
   ASSERT_TRUE(p.writer->SaveFiles(4, StepFiles(4)).ok());
   ASSERT_TRUE(p.uploader->Wait(10000).ok());
   EXPECT_EQ(RemoteDirs(remote.path()), (std::vector<std::string>{"ckpt-000001", "ckpt-000004"}));
@@ -433,7 +412,7 @@ TEST(UploaderTest, RemoteRotationDeletesTheMarkerFirst) {
   uo.keep_last = 1;
   uo.attempts = 1;
   {
-    Pair p = Wire(local.path(), remote.path(), uo, 0);
+    WiredCheckpoints p = WireUploader(local.path(), remote.path(), uo, 0);
     for (int step = 1; step <= 2; ++step) ASSERT_TRUE(p.writer->SaveFiles(step, StepFiles(step)).ok());
     // Rotation failing is logged; the upload itself succeeded.
     ASSERT_TRUE(p.uploader->Wait(10000).ok());

@@ -116,17 +116,11 @@ def test_two_workers_resume_on_fewer(manifest, total, new_workers):
     ds.close()
 
 
-def test_one_worker_resumes_on_two(manifest, total):
-    before, state = save_after(manifest, 1, 4)  # 180 left: 90 per worker, none dropped
-    ds = make_ds(manifest)
-    ds.load_state_dict(state_dict_from_stateful_dataloader(state))
-    after = keys(make_sdl(ds, 2, ctx="fork"))
-    assert_exact(before, after, total)
-    ds.close()
-
-
-def test_no_worker_state_converts_too(manifest, total):
-    before, state = save_after(manifest, 0, 4)
+@pytest.mark.parametrize("saved_workers", [1, 0])
+def test_fewer_workers_resume_on_two(manifest, total, saved_workers):
+    # One worker: 180 left, 90 per worker, none dropped. No worker: the
+    # main-process state converts the same way.
+    before, state = save_after(manifest, saved_workers, 4)
     ds = make_ds(manifest)
     ds.load_state_dict(state_dict_from_stateful_dataloader(state))
     after = keys(make_sdl(ds, 2, ctx="fork"))

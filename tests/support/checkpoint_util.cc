@@ -1,5 +1,7 @@
 #include "support/checkpoint_util.h"
 
+#include <gtest/gtest.h>
+
 #include <random>
 
 #include "shardstream/checksum.h"
@@ -33,6 +35,24 @@ std::string CheckStepFiles(Source& source, const std::string& ckpt_url,
     if (*got != data) return name + " is not byte-identical";
   }
   return {};
+}
+
+WiredCheckpoints WireUploader(const std::string& local, const std::string& remote,
+                              UploaderOptions uo, int keep_last) {
+  WiredCheckpoints p;
+  auto u = Uploader::Create(local, remote, std::move(uo));
+  EXPECT_TRUE(u.ok()) << u.status();
+  if (!u.ok()) return p;
+  p.uploader = std::move(*u);
+  CheckpointWriterOptions o;
+  o.keep_last = keep_last;
+  Uploader* up = p.uploader.get();
+  o.in_use = [up](const std::string& n) { return up->InUse(n); };
+  o.on_commit = [up](const CheckpointManifest& m) { up->Enqueue(m.name); };
+  auto w = CheckpointWriter::Open(local, o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (w.ok()) p.writer = std::move(*w);
+  return p;
 }
 
 }  // namespace shardstream::testing
