@@ -15,6 +15,7 @@ namespace shardstream {
 RandomAccessFile::~RandomAccessFile() = default;
 InputStream::~InputStream() = default;
 WritableFile::~WritableFile() = default;
+Status WritableFile::Preallocate(uint64_t) { return Status::OK(); }
 Source::~Source() = default;
 
 namespace {

@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <cstring>
 #include <functional>
 
 #include "support/test_util.h"
@@ -110,6 +115,37 @@ TEST(LocalSourceTest, FileUrlAndPathAreTheSameFile) {
   auto data = ReadFileToString(*LocalSource(), "file://" + dir.Join("a"));
   ASSERT_TRUE(data.ok());
   EXPECT_EQ(*data, "xyz");
+}
+
+TEST(LocalSourceTest, PreallocateReservesBlocksWithoutGrowingTheFile) {
+  testing::TempDir dir;
+  auto file = LocalSource()->NewWritableFile(dir.Join("a"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Preallocate(8 << 20).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(dir.Join("a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);  // readers of a growing file go by its size
+  EXPECT_GE(static_cast<int64_t>(st.st_blocks) * 512, 8 << 20);
+  ASSERT_TRUE((*file)->Append("xyz").ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  ASSERT_EQ(::stat(dir.Join("a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 3);
+}
+
+TEST(LocalSourceTest, PreallocateBeyondTheFreeSpaceIsANoSpaceErrorNamingTheFile) {
+  testing::TempDir dir;
+  struct statvfs vfs;
+  ASSERT_EQ(::statvfs(dir.path().c_str(), &vfs), 0);
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  auto file = LocalSource()->NewWritableFile(dir.Join("big"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  Status s = (*file)->Preallocate(free_bytes + (free_bytes / 2) + (1ull << 30));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(std::strerror(ENOSPC)), std::string::npos) << s;
+  EXPECT_NE(s.message().find(dir.Join("big")), std::string::npos) << s;
+  EXPECT_TRUE((*file)->Abort().ok());
+  struct stat st;
+  EXPECT_NE(::stat(dir.Join("big").c_str(), &st), 0);
 }
 
 }  // namespace

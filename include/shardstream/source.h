@@ -70,6 +70,11 @@ class SHARDSTREAM_EXPORT WritableFile {
   virtual ~WritableFile();
   virtual const std::string& url() const = 0;
   virtual Status Append(std::string_view data) = 0;
+  // Reserves disk space for `bytes` in all, without changing the file's
+  // size: a full disk shows up here rather than part way through, and
+  // appends skip the file system's per-block allocation. Files that cannot
+  // reserve return OK and do nothing (the default).
+  virtual Status Preallocate(uint64_t bytes);
   virtual Status Sync() = 0;
   virtual Status Close() = 0;
   // Discards the file (removes what was written). Idempotent.

@@ -111,6 +111,16 @@ class PosixWritableFile final : public WritableFile {
     }
     return Status::OK();
   }
+  Status Preallocate(uint64_t bytes) override {
+    if (fd_.get() < 0 || bytes == 0) return Status::OK();
+    while (::fallocate(fd_.get(), FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) != 0) {
+      if (errno == EINTR) continue;
+      // ENOSPC and EDQUOT are answers; anything else means "not here".
+      if (errno == ENOSPC || errno == EDQUOT) return Errno("reserve space for", url_, 0);
+      return Status::OK();
+    }
+    return Status::OK();
+  }
   Status Sync() override {
     if (fd_.get() < 0) return Status::Io("sync of closed file " + url_);
     if (::fdatasync(fd_.get()) != 0) return Errno("fsync", url_);
