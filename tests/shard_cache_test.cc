@@ -11,6 +11,7 @@
 
 #include "shardstream/url.h"
 #include "support/cache_fixture.h"
+#include "support/fault_source.h"
 
 namespace shardstream::testing {
 namespace {
@@ -60,6 +61,98 @@ TEST_F(ShardCacheTest, ChecksumMismatchIsDiscardedAndRetried) {
   auto data = ReadAll(**shard);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(*data, contents_[0]);
+}
+
+// A stream reading this process's download from its first byte leaves the
+// checksum to the download. The next three tests are the ways that can go
+// wrong: a bad attempt it already read from, an attempt that fails part way,
+// and a cache disk that fails part way.
+
+// Opens refs[0] while the source stalls at `gate` bytes and reads the first
+// bytes of the download, then lets the source go on.
+static std::string ReadHeadThenOpenGate(ShardCache& cache, const ShardRef& ref,
+                                        CacheFaultKnobs& knobs, std::unique_ptr<CachedShard>* out) {
+  auto shard = cache.Open(ref);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  if (!shard.ok()) return "";
+  std::string head(30000, '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    auto n = (*shard)->Read(head.size() - got, head.data() + got);
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (!n.ok() || *n == 0) break;
+    got += *n;
+  }
+  head.resize(got);
+  WriteFile(knobs.gate_file, "");
+  *out = std::move(*shard);
+  return head;
+}
+
+TEST_F(ShardCacheTest, AReaderOfABadAttemptGetsAChecksumError) {
+  auto refs = MakeShards(1, 300000);
+  knobs_->corrupt_fetches = 1;  // byte 100 of the first download is wrong
+  knobs_->gate_after = 50000;
+  auto cache = NewCache(Options(10 << 20));
+  std::unique_ptr<CachedShard> shard;
+  std::string head = ReadHeadThenOpenGate(*cache, refs[0], *knobs_, &shard);
+  ASSERT_EQ(head.size(), 30000u);
+  EXPECT_NE(head, contents_[0].substr(0, head.size()));  // it did read the bad byte
+  // The download finds the mismatch and starts again before the reader goes on.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (cache->stats().retries == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(cache->stats().checksum_failures, 1u);
+  auto rest = ReadAll(*shard);
+  ASSERT_FALSE(rest.ok());
+  EXPECT_EQ(rest.status().code(), StatusCode::kChecksum) << rest.status();
+  EXPECT_NE(rest.status().message().find("open the shard again"), std::string::npos)
+      << rest.status();
+  cache->WaitIdle();
+  EXPECT_EQ(cache->stats().checksum_failures, 1u);
+  auto again = ReadThroughCache(*cache, refs[0]);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, contents_[0]);
+  EXPECT_EQ(TotalFetches(), 2);
+}
+
+TEST_F(ShardCacheTest, AReaderOfAnAttemptThatFailsPartWayChecksWhatItReadItself) {
+  auto refs = MakeShards(1, 300000);
+  knobs_->gate_after = 50000;
+  knobs_->fail_after = 100000;  // the first download breaks off there; the retry completes
+  knobs_->fail_fetches = 1;
+  auto cache = NewCache(Options(10 << 20));
+  std::unique_ptr<CachedShard> shard;
+  std::string head = ReadHeadThenOpenGate(*cache, refs[0], *knobs_, &shard);
+  ASSERT_EQ(head.size(), 30000u);
+  auto rest = ReadAll(*shard);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(head + *rest, contents_[0]);
+  cache->WaitIdle();
+  EXPECT_EQ(cache->stats().retries, 1u);
+  EXPECT_EQ(TotalFetches(), 2);
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 1u);
+}
+
+TEST_F(ShardCacheTest, AReaderOfADownloadWhoseDiskFailsPartWayChecksWhatItReadItself) {
+  auto refs = MakeShards(1, 300000);
+  knobs_->gate_after = 50000;
+  auto disk = std::make_shared<FaultSource>(LocalSource());
+  auto options = Options(10 << 20);
+  options.fs = disk;
+  options.chunk_size = 16 << 10;
+  auto cache = NewCache(options);
+  disk->FailNthErrno(FaultSource::Op::kAppend, 5, EIO, false, ".tmp");  // at 64 KiB
+  std::unique_ptr<CachedShard> shard;
+  std::string head = ReadHeadThenOpenGate(*cache, refs[0], *knobs_, &shard);
+  ASSERT_EQ(head.size(), 30000u);
+  auto rest = ReadAll(*shard);  // the rest from the source itself
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(head + *rest, contents_[0]);
+  cache->WaitIdle();
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+  EXPECT_EQ(TotalFetches(), 2);
 }
 
 TEST_F(ShardCacheTest, PersistentMismatchGivesChecksumErrorAfterRetries) {
@@ -343,6 +436,52 @@ TEST_F(ShardCacheTest, DiskFullEvictsAndRetries) {
   EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard"),
             std::vector<std::string>{CacheKey(refs[1].url) + ".shard"});
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+}
+
+TEST_F(ShardCacheTest, DiskFullIsFoundBeforeAnyByteIsWritten) {
+  auto refs = MakeShards(1, 1 << 20);
+  auto disk = std::make_shared<SmallDiskFs>(512 << 10);  // half the shard
+  auto options = Options(100 << 20);
+  options.fs = disk;
+  auto cache = NewCache(options);
+  const int64_t appended = disk->appended_bytes.load(), free_bytes = disk->free_bytes();
+  auto data = ReadThroughCache(*cache, refs[0]);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[0]);
+  cache->WaitIdle();
+  // The space is reserved for the whole shard up front: no partial entry
+  // was written and thrown away.
+  EXPECT_EQ(disk->nospace_errors.load(), 2);  // the reservation, and its retry
+  EXPECT_EQ(cache->stats().nospace_events, 2u);
+  EXPECT_EQ(disk->appended_bytes.load(), appended);
+  EXPECT_EQ(disk->free_bytes(), free_bytes);
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
+  EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
+}
+
+TEST_F(ShardCacheTest, AnEntryRecordsOnlyAChecksumTheManifestGave) {
+  auto refs = MakeShards(1, 300000);
+  ShardRef bare(refs[0].url, refs[0].size, "");
+  auto cache = NewCache(Options(10 << 20));
+  ASSERT_TRUE(ReadThroughCache(*cache, bare).ok());
+  cache->WaitIdle();
+  auto list = ListCacheEntries(cache_dir());
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ(list->front().checksum, "");  // nothing was checked, nothing is claimed
+  // A manifest with a checksum cannot trust that entry: it downloads and
+  // checks the shard again, and records the checksum then.
+  auto data = ReadThroughCache(*cache, refs[0]);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[0]);
+  cache->WaitIdle();
+  EXPECT_EQ(TotalFetches(), 2);
+  list = ListCacheEntries(cache_dir());
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ(list->front().checksum, refs[0].checksum);
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());
+  EXPECT_EQ(TotalFetches(), 2);  // now a hit
 }
 
 TEST_F(ShardCacheTest, DiskStillFullStreamsWithoutCaching) {

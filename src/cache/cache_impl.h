@@ -39,6 +39,10 @@ struct Download {
   bool done = false;
   bool uncached = false;    // gave up caching: readers continue from the source
   Status status;            // final outcome when done
+  // The last attempt checked against the manifest's checksum (0: none yet)
+  // and the outcome, known before the entry is synced and published.
+  uint64_t checked_generation = 0;
+  Status check_status;
 };
 
 // What a reader reads from at a given moment.

@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "cache/cache_impl.h"
 #include "shardstream/checksum.h"
@@ -87,7 +89,7 @@ class ShardStream final : public CachedShard {
       eof_ = true;
       return size_t{0};
     }
-    if (hasher_) hasher_->Update(out, got);
+    if (hasher_ && trusted_ == 0 && !verified_) hasher_->Update(out, got);
     pos_ += got;
     // The last byte is handed out only once everything read is verified.
     if (ref_.size >= 0 && pos_ == static_cast<uint64_t>(ref_.size)) SHARDSTREAM_RETURN_IF_ERROR(Verify());
@@ -99,6 +101,14 @@ class ShardStream final : public CachedShard {
 
   Status Verify() {
     if (!hasher_ || verified_) return Status::OK();
+    if (trusted_ != 0) {
+      Status verdict;
+      SHARDSTREAM_ASSIGN_OR_RETURN(bool checked, AwaitCheck(&verdict));
+      if (checked) {
+        verified_ = true;
+        return verdict.ok() ? verdict : BadAttempt(verdict);
+      }
+    }
     verified_ = true;
     std::string actual = hasher_->Finish();
     if (actual == ref_.checksum) return Status::OK();
@@ -107,6 +117,55 @@ class ShardStream final : public CachedShard {
                       actual + " over " + std::to_string(pos_) +
                       " bytes read (the download is retried; open the shard again)",
                   redacted_, 0);
+  }
+
+  // The stream delivered bytes of an attempt that failed its check.
+  Status BadAttempt(const Status& check) const {
+    return Status(StatusCode::kChecksum,
+                  check.message() + "; " + std::to_string(pos_) +
+                      " bytes of it were read (the download is retried; open the shard again)",
+                  redacted_, 0);
+  }
+
+  // Waits for the download's check of the trusted attempt: true and its
+  // outcome in *verdict, or false when that attempt ended unchecked (the
+  // stream has then hashed what it delivered and goes on hashing).
+  Result<bool> AwaitCheck(Status* verdict) {
+    Download& d = *att_.download;
+    {
+      std::unique_lock<std::mutex> lock(d.mu);
+      while (true) {
+        if (cancelled_ || impl_->stopping()) return Cancelled();
+        if (d.checked_generation == trusted_) {
+          *verdict = d.check_status;
+          return true;
+        }
+        if (d.generation != trusted_ || d.done) break;
+        d.cv.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    }
+    SHARDSTREAM_RETURN_IF_ERROR(StopTrusting());
+    return false;
+  }
+
+  // Hashes the bytes delivered so far from the trusted attempt's file (still
+  // open, even if it was unlinked since): they are exactly what was read.
+  Status StopTrusting() {
+    std::vector<char> buf(std::min<uint64_t>(pos_, 1 << 20));
+    for (uint64_t off = 0; off < pos_;) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(
+          size_t got, PRead(att_.fd, off, std::min<uint64_t>(buf.size(), pos_ - off), buf.data(),
+                            redacted_));
+      if (got == 0) {
+        return Status(StatusCode::kIo,
+                      "cached " + redacted_ + " shrank below the " + std::to_string(pos_) +
+                          " bytes read from it", redacted_, static_cast<int64_t>(off));
+      }
+      hasher_->Update(buf.data(), got);
+      off += got;
+    }
+    trusted_ = 0;
+    return Status::OK();
   }
 
   Result<size_t> ReadBackend(size_t n, void* out, bool* reattach) {
@@ -136,12 +195,24 @@ class ShardStream final : public CachedShard {
     while (true) {
       if (cancelled_ || impl_->stopping()) return Cancelled();
       if (d.generation != generation_ && !d.temp_path.empty()) {
+        if (trusted_ != 0 && pos_ > 0) {
+          // The attempt we read ended: before reading another, check what we
+          // delivered, by its verdict or by hashing it now.
+          if (d.checked_generation == trusted_ && !d.check_status.ok())
+            return BadAttempt(d.check_status);
+          lock.unlock();
+          SHARDSTREAM_RETURN_IF_ERROR(StopTrusting());
+          lock.lock();
+          continue;
+        }
         // A new attempt (or the first): read its temporary from our position.
         int fd = ::open(d.temp_path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd >= 0) {
           if (att_.fd >= 0) ::close(att_.fd);
           att_.fd = fd;
           generation_ = d.generation;
+          // Read from its first byte, the attempt's own check covers us.
+          if (hasher_ && !verified_ && pos_ == 0) trusted_ = generation_;
         }
       }
       if (att_.fd >= 0 && generation_ == d.generation && d.written > pos_) {
@@ -162,13 +233,25 @@ class ShardStream final : public CachedShard {
       if (d.done) {
         if (d.uncached) {
           lock.unlock();
+          if (trusted_ != 0) SHARDSTREAM_RETURN_IF_ERROR(StopTrusting());
           SHARDSTREAM_ASSIGN_OR_RETURN(att_, impl_->FromSource(ref_, pos_));
           *reattach = false;
           return ReadBackend(n, out, reattach);
         }
         if (!d.status.ok()) return d.status;
         if (generation_ == d.generation && pos_ >= d.written) return size_t{0};  // all read
-        *reattach = true;  // published before we caught up: read the entry
+        // Published before we caught up: read the entry. What we read came
+        // from the attempt that was checked and published, and so will the
+        // rest (any entry of this url and checksum was checked).
+        if (trusted_ != 0 && trusted_ == d.checked_generation && d.check_status.ok()) {
+          verified_ = true;
+          trusted_ = 0;
+        } else if (trusted_ != 0) {
+          lock.unlock();
+          SHARDSTREAM_RETURN_IF_ERROR(StopTrusting());
+          lock.lock();
+        }
+        *reattach = true;
         return size_t{0};
       }
       d.cv.wait_for(lock, std::chrono::milliseconds(50));
@@ -241,6 +324,10 @@ class ShardStream final : public CachedShard {
   const std::string redacted_;
   Attachment att_;
   uint64_t generation_ = 0;
+  // Reading one attempt of this process's download from its first byte, the
+  // stream leaves the checksum to the download, which hashes the same bytes
+  // anyway; it hashes them itself only if it must read anything else.
+  uint64_t trusted_ = 0;  // that attempt's generation; 0: hash what is read
   uint64_t pos_ = 0;
   bool hit_ = false;
   bool eof_ = false;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <fstream>
@@ -14,8 +15,9 @@ namespace {
 
 class FaultStream final : public InputStream {
  public:
-  FaultStream(std::unique_ptr<InputStream> in, std::shared_ptr<CacheFaultKnobs> knobs, bool corrupt)
-      : in_(std::move(in)), knobs_(std::move(knobs)), corrupt_(corrupt) {}
+  FaultStream(std::unique_ptr<InputStream> in, std::shared_ptr<CacheFaultKnobs> knobs, bool corrupt,
+              bool may_fail)
+      : in_(std::move(in)), knobs_(std::move(knobs)), corrupt_(corrupt), may_fail_(may_fail) {}
   const std::string& url() const override { return in_->url(); }
   uint64_t position() const override { return in_->position(); }
   std::optional<uint64_t> size() const override { return in_->size(); }
@@ -34,7 +36,7 @@ class FaultStream final : public InputStream {
         n = std::min<uint64_t>(n, static_cast<uint64_t>(gate) - pos);
       }
     }
-    int64_t fail = knobs_->fail_after.load();
+    int64_t fail = may_fail_ ? knobs_->fail_after.load() : -1;
     if (fail >= 0 && pos + n > static_cast<uint64_t>(fail)) {
       if (pos >= static_cast<uint64_t>(fail))
         return Status(StatusCode::kUnavailable, "injected reset of " + url(), url(),
@@ -50,29 +52,44 @@ class FaultStream final : public InputStream {
   std::unique_ptr<InputStream> in_;
   std::shared_ptr<CacheFaultKnobs> knobs_;
   bool corrupt_;
+  bool may_fail_;
 };
 
 class SmallDiskFile final : public WritableFile {
  public:
   SmallDiskFile(std::unique_ptr<WritableFile> file, std::shared_ptr<std::atomic<int64_t>> free,
-                std::atomic<int>* errors)
-      : file_(std::move(file)), free_(std::move(free)), errors_(errors) {}
+                std::atomic<int>* errors, std::atomic<int64_t>* appended)
+      : file_(std::move(file)), free_(std::move(free)), errors_(errors), appended_(appended) {}
   const std::string& url() const override { return file_->url(); }
   Status Append(std::string_view data) override {
-    int64_t n = static_cast<int64_t>(data.size());
-    if (free_->fetch_sub(n) < n) {
+    int64_t n = std::max<int64_t>(0, written_ + static_cast<int64_t>(data.size()) - reserved_) -
+                std::max<int64_t>(0, written_ - reserved_);
+    if (n > 0 && free_->fetch_sub(n) < n) {
       free_->fetch_add(n);
       errors_->fetch_add(1);
       return Status::FromErrno(ENOSPC, "write " + url());
     }
-    written_ += n;
+    written_ += static_cast<int64_t>(data.size());
+    appended_->fetch_add(static_cast<int64_t>(data.size()));
     return file_->Append(data);
+  }
+  // Reserves like fallocate: all or nothing, appends then use the reservation.
+  Status Preallocate(uint64_t bytes) override {
+    int64_t more = static_cast<int64_t>(bytes) - std::max(written_, reserved_);
+    if (more <= 0) return Status::OK();
+    if (free_->fetch_sub(more) < more) {
+      free_->fetch_add(more);
+      errors_->fetch_add(1);
+      return Status::FromErrno(ENOSPC, "reserve space for " + url());
+    }
+    reserved_ = static_cast<int64_t>(bytes);
+    return Status::OK();
   }
   Status Sync() override { return file_->Sync(); }
   Status Close() override { return file_->Close(); }
   Status Abort() override {
-    free_->fetch_add(written_);
-    written_ = 0;
+    free_->fetch_add(std::max(written_, reserved_));
+    written_ = reserved_ = 0;
     return file_->Abort();
   }
 
@@ -80,7 +97,9 @@ class SmallDiskFile final : public WritableFile {
   std::unique_ptr<WritableFile> file_;
   std::shared_ptr<std::atomic<int64_t>> free_;
   std::atomic<int>* errors_;
+  std::atomic<int64_t>* appended_;
   int64_t written_ = 0;
+  int64_t reserved_ = 0;  // bytes taken from free_ ahead of the appends
 };
 
 }  // namespace
@@ -111,7 +130,8 @@ Result<std::unique_ptr<InputStream>> CacheFaultSource::OpenInputStream(const std
   SHARDSTREAM_ASSIGN_OR_RETURN(auto in, SourceWrapper::OpenInputStream(Map(url), offset));
   LogFetch(url);
   bool corrupt = knobs_->corrupt_fetches.fetch_sub(1) > 0;
-  return std::unique_ptr<InputStream>(new FaultStream(std::move(in), knobs_, corrupt));
+  bool may_fail = knobs_->fail_fetches.fetch_sub(1) > 0;
+  return std::unique_ptr<InputStream>(new FaultStream(std::move(in), knobs_, corrupt, may_fail));
 }
 
 Result<FileInfo> CacheFaultSource::Stat(const std::string& url) { return SourceWrapper::Stat(Map(url)); }
@@ -127,7 +147,7 @@ std::map<std::string, int> CountFetches(const std::string& fetch_log) {
 
 Result<std::unique_ptr<WritableFile>> SmallDiskFs::NewWritableFile(const std::string& url) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto file, SourceWrapper::NewWritableFile(url));
-  return std::unique_ptr<WritableFile>(new SmallDiskFile(std::move(file), free_, &nospace_errors));
+  return std::unique_ptr<WritableFile>(new SmallDiskFile(std::move(file), free_, &nospace_errors, &appended_bytes));
 }
 
 Status SmallDiskFs::Remove(const std::string& url) {

@@ -6,6 +6,7 @@
 #define SHARDSTREAM_TESTS_SUPPORT_CACHE_FAULT_SOURCE_H_
 
 #include <atomic>
+#include <limits>
 #include <cstdint>
 #include <algorithm>
 #include <map>
@@ -32,8 +33,10 @@ struct CacheFaultKnobs {
   // The first `corrupt_fetches` fetches of this process flip a byte at 100.
   std::atomic<int> corrupt_fetches{0};
   std::atomic<int> fetches{0};
-  // Reads fail with kUnavailable after this many bytes (per stream).
+  // Reads fail with kUnavailable after this many bytes (per stream), in the
+  // first `fail_fetches` fetches from now (default: all of them).
   std::atomic<int64_t> fail_after{-1};
+  std::atomic<int> fail_fetches{std::numeric_limits<int>::max()};
 };
 
 class CacheFaultSource final : public SourceWrapper {
@@ -64,6 +67,7 @@ class SmallDiskFs final : public SourceWrapper {
   Status Remove(const std::string& url) override;
   int64_t free_bytes() const { return free_->load(); }
   std::atomic<int> nospace_errors{0};
+  std::atomic<int64_t> appended_bytes{0};  // by every file, failed appends excluded
 
  private:
   std::shared_ptr<std::atomic<int64_t>> free_;
