@@ -5,6 +5,7 @@ Reading (nginx on loopback, `sendfile on`, access log with bytes sent):
   * `curl -s -o /dev/null` of a shard                      (the reference)
   * `shardstream bench URL` with the cache off             (TarReader over HttpSource)
   * `shardstream bench URL --cache-dir D`, first run        (TarReader while the cache fills)
+  * the same through a manifest with the shard's size and checksum (the download verifies it)
   * `benchmarks/fill_reference_benchmark URL FILE`          (libcurl into a file in 1 MiB writes:
                                                              what filling alone can reach here)
   * the same, later runs                                   (second epoch, from the cache)
@@ -117,6 +118,18 @@ def fill_reference(build, url, path):
     return json.loads(out)["median_gbps"]
 
 
+def checksummed_manifest(cli, work, shard, url):
+    """A manifest of the served shard with its size and checksum, at its http url."""
+    out = subprocess.run([cli, "manifest", shard], check=True, capture_output=True,
+                         text=True).stdout
+    entry = json.loads(out.strip().splitlines()[0])
+    entry["url"] = url
+    path = os.path.join(work, "manifest.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(entry) + "\n")
+    return path
+
+
 def reading(cli, work, size_mib, runs):
     root = os.path.join(work, "www")
     os.makedirs(root)
@@ -127,8 +140,9 @@ def reading(cli, work, size_mib, runs):
     size = os.path.getsize(shard)
     proc, port, log = start_nginx(work, root)
     url = "http://127.0.0.1:%d/shard.tar" % port
+    manifest = checksummed_manifest(cli, work, shard, url)
     r = {k: [] for k in ("curl", "curl_ttfb_ms", "off", "off_first_ms", "fill", "fill_first_ms",
-                         "fill_reference", "epoch2", "direct", "direct_plain", "later_source_bytes",
+                         "fill_reference", "fill_checksum", "epoch2", "direct", "direct_plain", "later_source_bytes",
                          "ls_epoch_network_bytes")}
     try:
         for i in range(runs):
@@ -148,6 +162,10 @@ def reading(cli, work, size_mib, runs):
             r["fill"].append(filled["cache_fill_gbps"])
             r["fill_first_ms"].append(filled["first_run_first_sample_ms"])
 
+            checked = bench(cli, [manifest, "--runs", "2", "--cache-dir", cache + "-sum",
+                                  "--cache-limit", "64G"])
+            r["fill_checksum"].append(checked["cache_fill_gbps"])
+            subprocess.run(["rm", "-rf", cache + "-sum"], check=True)
             r["epoch2"].append(filled["reader_gbps"])
             r["later_source_bytes"].append(filled["later_runs_source_bytes"])
             entry = [os.path.join(cache, f) for f in os.listdir(cache) if f.endswith(".shard")][0]
@@ -172,6 +190,8 @@ def reading(cli, work, size_mib, runs):
         "cache_off_first_sample_ms": med(r["off_first_ms"]),
         "cache_fill_gbps": med(r["fill"]), "cache_fill_vs_curl": round(med(r["fill"]) / curl, 3),
         "cache_fill_first_sample_ms": med(r["fill_first_ms"]),
+        "cache_fill_checksum_gbps": med(r["fill_checksum"]),
+        "cache_fill_checksum_vs_curl": round(med(r["fill_checksum"]) / curl, 3),
         "fill_reference_gbps": med(r["fill_reference"]) if r["fill_reference"] else None,
         "fill_reference_vs_curl": (round(med(r["fill_reference"]) / curl, 3)
                                    if r["fill_reference"] else None),
