@@ -64,9 +64,9 @@ TEST_F(ShardCacheTest, ChecksumMismatchIsDiscardedAndRetried) {
 }
 
 // A stream reading this process's download from its first byte leaves the
-// checksum to the download. The next three tests are the ways that can go
+// checksum to the download. The next four tests are the ways that can go
 // wrong: a bad attempt it already read from, an attempt that fails part way,
-// and a cache disk that fails part way.
+// a cache disk that fails part way, and a download checking another checksum.
 
 // Opens refs[0] while the source stalls at `gate` bytes and reads the first
 // bytes of the download, then lets the source go on.
@@ -153,6 +153,28 @@ TEST_F(ShardCacheTest, AReaderOfADownloadWhoseDiskFailsPartWayChecksWhatItReadIt
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
   EXPECT_EQ(TotalFetches(), 2);
+}
+
+TEST_F(ShardCacheTest, AReaderWithAnotherChecksumJoiningADownloadChecksItself) {
+  auto refs = MakeShards(1, 300000);
+  knobs_->gate_after = 50000;
+  auto cache = NewCache(Options(10 << 20));
+  auto first = cache->Open(refs[0]);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // A second manifest says the same url holds other bytes.
+  ShardRef other(refs[0].url, refs[0].size, ChecksumOf(std::string(300000, 'x')));
+  std::unique_ptr<CachedShard> second;
+  std::string head = ReadHeadThenOpenGate(*cache, other, *knobs_, &second);
+  ASSERT_EQ(head.size(), 30000u);
+  auto a = ReadAll(**first);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, contents_[0]);
+  auto b = ReadAll(*second);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kChecksum) << b.status();
+  EXPECT_NE(b.status().message().find("expected " + other.checksum), std::string::npos)
+      << b.status();
+  EXPECT_EQ(cache->stats().joined, 1u) << TotalFetches();  // the second stream joined the download
 }
 
 TEST_F(ShardCacheTest, PersistentMismatchGivesChecksumErrorAfterRetries) {

@@ -211,8 +211,10 @@ class ShardStream final : public CachedShard {
           if (att_.fd >= 0) ::close(att_.fd);
           att_.fd = fd;
           generation_ = d.generation;
-          // Read from its first byte, the attempt's own check covers us.
-          if (hasher_ && !verified_ && pos_ == 0) trusted_ = generation_;
+          // Read from its first byte, the attempt's own check covers us
+          // (if it checks the same checksum: manifests may disagree).
+          if (hasher_ && !verified_ && pos_ == 0 && d.ref.checksum == ref_.checksum)
+            trusted_ = generation_;
         }
       }
       if (att_.fd >= 0 && generation_ == d.generation && d.written > pos_) {
