@@ -89,7 +89,7 @@ class ShardStream final : public CachedShard {
       eof_ = true;
       return size_t{0};
     }
-    if (hasher_ && trusted_ == 0 && !verified_) hasher_->Update(out, got);
+    if (hasher_ && trusted_ == 0) hasher_->Update(out, got);
     pos_ += got;
     // The last byte is handed out only once everything read is verified.
     if (ref_.size >= 0 && pos_ == static_cast<uint64_t>(ref_.size)) SHARDSTREAM_RETURN_IF_ERROR(Verify());
@@ -242,13 +242,9 @@ class ShardStream final : public CachedShard {
         }
         if (!d.status.ok()) return d.status;
         if (generation_ == d.generation && pos_ >= d.written) return size_t{0};  // all read
-        // Published before we caught up: read the entry. What we read came
-        // from the attempt that was checked and published, and so will the
-        // rest (any entry of this url and checksum was checked).
-        if (trusted_ != 0 && trusted_ == d.checked_generation && d.check_status.ok()) {
-          verified_ = true;
-          trusted_ = 0;
-        } else if (trusted_ != 0) {
+        // Published before we caught up: read the entry, which may be
+        // another file by then, so hash what we read first.
+        if (trusted_ != 0) {
           lock.unlock();
           SHARDSTREAM_RETURN_IF_ERROR(StopTrusting());
           lock.lock();
