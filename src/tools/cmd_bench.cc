@@ -14,6 +14,7 @@
 
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
+#include "tools/bench_util.h"
 #include "tools/command.h"
 #include "tools/shard_args.h"
 #include "tools/tar_tool_util.h"
@@ -34,21 +35,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// CPU seconds (user + system) this process has used: on a shared machine a
-// phase's CPU time is a steadier single-core figure than its wall time.
-double CpuSeconds() {
-  struct rusage ru;
-  ::getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 Result<uint64_t> PlainRead(const std::vector<ShardRef>& shards, std::vector<char>& buf) {
@@ -178,17 +164,11 @@ int RunBench(const BenchArgs& a) {
         for (const auto& s : *refs) external_cmd += " '" + LocalPath(s.url) + "'";
         external_cmd += " > /dev/null";
       }
-      struct rusage before, after;
-      ::getrusage(RUSAGE_CHILDREN, &before);
+      const double before = CpuSeconds(RUSAGE_CHILDREN);
       double t = TimeCommand(external_cmd);
-      ::getrusage(RUSAGE_CHILDREN, &after);
-      auto secs = [](const struct rusage& r) {
-        return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
-               static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
-      };
       if (t > 0) {
         external.push_back(t);
-        external_cpu.push_back(secs(after) - secs(before));
+        external_cpu.push_back(CpuSeconds(RUSAGE_CHILDREN) - before);
       }
     }
   }

@@ -20,6 +20,7 @@
 #include "shardstream/loader.h"
 #include "shardstream/shard_writer.h"
 #include "shardstream/tar_reader.h"
+#include "tools/bench_util.h"
 #include "tools/command.h"
 #include "tools/tar_tool_util.h"
 
@@ -43,19 +44,7 @@ struct Args {
 };
 
 using Clock = std::chrono::steady_clock;
-// CPU time of the whole process (user + system), to tell a pipeline short of
-// cores from one that waits.
-double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 Status MakeData(const Args& a) {
   const bool tokens = !a.make_tokens.empty();
@@ -107,13 +96,13 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
-// The plain read, the bandwidth ceiling: as many threads as the loader has
-// readers (the same cores), each reading every threads-th file in `chunk`
-// reads. *bytes receives what was read.
-Result<double> PlainReadSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
-                                uint64_t* bytes) {
+// `threads` threads, thread t reading every threads-th file front to back in
+// `chunk` reads and handing each read to consume(t, data, n). Returns the
+// seconds it took, or the first read error.
+template <typename Consume>
+Result<double> ReadOnThreads(const std::vector<std::string>& urls, int threads, size_t chunk,
+                             Consume consume) {
   const auto t0 = Clock::now();
-  std::atomic<uint64_t> read{0};
   std::vector<Status> failed(static_cast<size_t>(threads));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
@@ -126,15 +115,25 @@ Result<double> PlainReadSeconds(const std::vector<std::string>& urls, int thread
           auto n = (*in)->Read(b.size(), b.data());
           if (!n.ok()) { failed[static_cast<size_t>(t)] = n.status(); return; }
           if (*n == 0) break;
-          read += *n;
+          consume(t, b.data(), *n);
         }
       }
     });
   }
   for (auto& th : pool) th.join();
   for (const Status& s : failed) SHARDSTREAM_RETURN_IF_ERROR(s);
-  *bytes = read.load();
   return Since(t0);
+}
+
+// The plain read, the bandwidth ceiling: as many threads as the loader has
+// readers (the same cores). *bytes receives what was read.
+Result<double> PlainReadSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
+                                uint64_t* bytes) {
+  std::atomic<uint64_t> read{0};
+  auto seconds = ReadOnThreads(urls, threads, chunk,
+                               [&](int, const char*, size_t n) { read += n; });
+  *bytes = read.load();
+  return seconds;
 }
 
 // The bare tar reader on one thread: samples only, no copy. *samples
@@ -163,49 +162,33 @@ Result<double> TarReaderSeconds(const std::vector<std::string>& urls, size_t chu
 // (three per thread, reused), plus the doc_ids and positions the loader
 // writes when `metadata`. An upper bound for any loader on this machine:
 // it shows how much of the plain read the memory system leaves for batches.
-double IdealPackSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
-                        int64_t batch, int64_t seq_len, bool metadata) {
+Result<double> IdealPackSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
+                                int64_t batch, int64_t seq_len, bool metadata) {
   const size_t slot = static_cast<size_t>(batch * seq_len);
   struct Lane {
-    std::vector<char> buf;
     std::vector<int32_t> tok, doc, pos;  // three slots each, touched before timing
+    size_t at = 0;                       // next token in the three slots
+    int32_t doc_id = 0;
   };
   std::vector<Lane> lanes(static_cast<size_t>(threads));
   for (Lane& l : lanes) {
-    l.buf.assign(chunk, 0);
     l.tok.assign(3 * slot, 0);
     if (metadata) l.doc.assign(3 * slot, 0), l.pos.assign(3 * slot, 0);
   }
-  auto t0 = Clock::now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      Lane& l = lanes[static_cast<size_t>(t)];
-      size_t at = 0;  // next token in the three slots
-      int32_t doc = 0;
-      for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(threads)) {
-        auto in = DefaultSource()->OpenInputStream(urls[i], 0);
-        if (!in.ok()) return;
-        while (true) {
-          auto n = (*in)->Read(l.buf.size(), l.buf.data());
-          if (!n.ok() || *n == 0) break;
-          // In documents of 1024 tokens, as the loader places them.
-          for (size_t done = 0, total = *n / 4; done < total;) {
-            const size_t k = std::min<size_t>({total - done, 1024, 3 * slot - at});
-            std::memcpy(l.tok.data() + at, l.buf.data() + done * 4, k * 4);
-            if (metadata) {
-              std::fill(l.doc.data() + at, l.doc.data() + at + k, doc++);
-              for (size_t j = 0; j < k; ++j) l.pos[at + j] = static_cast<int32_t>(j);
-            }
-            done += k;
-            at = (at + k) % (3 * slot);
-          }
-        }
+  return ReadOnThreads(urls, threads, chunk, [&](int t, const char* data, size_t n) {
+    Lane& l = lanes[static_cast<size_t>(t)];
+    // In documents of 1024 tokens, as the loader places them.
+    for (size_t done = 0, total = n / 4; done < total;) {
+      const size_t k = std::min<size_t>({total - done, 1024, 3 * slot - l.at});
+      std::memcpy(l.tok.data() + l.at, data + done * 4, k * 4);
+      if (metadata) {
+        std::fill(l.doc.data() + l.at, l.doc.data() + l.at + k, l.doc_id++);
+        for (size_t j = 0; j < k; ++j) l.pos[l.at + j] = static_cast<int32_t>(j);
       }
-    });
-  }
-  for (auto& th : pool) th.join();
-  return Since(t0);
+      done += k;
+      l.at = (l.at + k) % (3 * slot);
+    }
+  });
 }
 
 int Run(const Args& a) {
@@ -263,9 +246,12 @@ int Run(const Args& a) {
       plain = *p;
       reader = *r;
       if (file_bytes == 0) file_bytes = read;
-      if (!a.tokens_field.empty())
-        ideal = IdealPackSeconds(urls, a.threads, static_cast<size_t>(*chunk), a.batch_size,
-                                 a.seq_len, !a.no_metadata);
+      if (!a.tokens_field.empty()) {
+        auto i = IdealPackSeconds(urls, a.threads, static_cast<size_t>(*chunk), a.batch_size,
+                                  a.seq_len, !a.no_metadata);
+        if (!i.ok()) { std::cerr << "bench-loader: " << i.status() << "\n"; return 1; }
+        ideal = *i;
+      }
     }
     (void)(*loader)->set_epoch(run);
     const double cpu0 = CpuSeconds();
