@@ -393,8 +393,12 @@ TEST_F(HttpSourceTest, PutUploadsSmallAndSpooledBodies) {
 TEST_F(HttpSourceTest, PutSpoolIsRemovedAndAMissingSpoolDirectoryIsAClearError) {
   // Bodies past put_memory_bytes go to a temporary file in $TMPDIR.
   TempDir spool;
-  const char* old = std::getenv("TMPDIR");
-  std::string saved = old ? old : "";
+  // Restored however the test ends: later tests in this binary spool too.
+  struct RestoreTmpdir {
+    const char* old = std::getenv("TMPDIR");
+    std::string saved = old ? old : "";
+    ~RestoreTmpdir() { old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR"); }
+  } restore;
   ::setenv("TMPDIR", spool.path().c_str(), 1);
   HttpOptions o = FastOptions();
   o.put_memory_bytes = 1000;
@@ -415,7 +419,6 @@ TEST_F(HttpSourceTest, PutSpoolIsRemovedAndAMissingSpoolDirectoryIsAClearError) 
   Status s = (*file)->Append(data_);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("mkstemp " + spool.Join("missing")), std::string::npos) << s;
-  if (old) ::setenv("TMPDIR", saved.c_str(), 1); else ::unsetenv("TMPDIR");
 }
 
 TEST(HttpTlsTest, VerificationOnByDefaultAndCaBundleConfigurable) {

@@ -70,8 +70,8 @@ TEST_F(ShardCacheTest, ChecksumMismatchIsDiscardedAndRetried) {
 
 // Opens refs[0] while the source stalls at `gate` bytes and reads the first
 // bytes of the download, then lets the source go on.
-static std::string ReadHeadThenOpenGate(ShardCache& cache, const ShardRef& ref,
-                                        CacheFaultKnobs& knobs, std::unique_ptr<CachedShard>* out) {
+std::string ReadHeadThenOpenGate(ShardCache& cache, const ShardRef& ref, CacheFaultKnobs& knobs,
+                                 std::unique_ptr<CachedShard>* out) {
   auto shard = cache.Open(ref);
   EXPECT_TRUE(shard.ok()) << shard.status();
   if (!shard.ok()) return "";
