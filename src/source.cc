@@ -14,6 +14,7 @@ namespace shardstream {
 
 RandomAccessFile::~RandomAccessFile() = default;
 InputStream::~InputStream() = default;
+Result<size_t> InputStream::ReadWithin(size_t, void*, std::chrono::microseconds) { return size_t{0}; }
 WritableFile::~WritableFile() = default;
 Status WritableFile::Preallocate(uint64_t) { return Status::OK(); }
 Source::~Source() = default;

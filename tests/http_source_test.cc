@@ -226,6 +226,77 @@ TEST_F(HttpSourceTest, StallIsDetectedAndResumed) {
   EXPECT_EQ(Gets().back()["range"], "bytes=5000-");
 }
 
+// Reads as the cache's download does: ReadWithin while bytes keep coming,
+// Read when it answers 0.
+Result<std::string> ReadAllGathering(InputStream& in, size_t chunk) {
+  std::string out;
+  std::string buf(chunk, '\0');
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t got,
+                                 in.ReadWithin(chunk, buf.data(), std::chrono::milliseconds(50)));
+    if (got == 0) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(got, in.Read(chunk, buf.data()));
+    }
+    if (got == 0) return out;
+    out.append(buf.data(), got);
+  }
+}
+
+TEST_F(HttpSourceTest, ReadWithinGivesUpOnAPauseAndReadGoesOn) {
+  server_.AddFault({{"kind", "stall"}, {"after", 5000}, {"seconds", 3}});
+  HttpOptions o = FastOptions();
+  o.low_speed_time_s = 30;  // a pause, not a stall to retry
+  auto in = Source(o)->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::string head, buf(4096, '\0');
+  double gave_up_after = 0;
+  while (true) {
+    auto start = std::chrono::steady_clock::now();
+    auto got = (*in)->ReadWithin(buf.size(), buf.data(), std::chrono::milliseconds(200));
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (*got == 0) {
+      gave_up_after =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      break;
+    }
+    head.append(buf.data(), *got);
+  }
+  EXPECT_EQ(head.size(), 5000u);  // what came before the pause, nothing lost
+  EXPECT_TRUE(head == data_.substr(0, head.size())) << "bytes differ";
+  EXPECT_GE(gave_up_after, 0.15);
+  EXPECT_LT(gave_up_after, 1.5);  // not the 3 s pause
+  EXPECT_EQ((*in)->position(), 5000u);
+  auto rest = ReadAll(**in);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ExpectData(head + *rest, data_);
+  EXPECT_EQ(Gets().size(), 1u);  // the same transfer went on
+}
+
+TEST_F(HttpSourceTest, ReadWithinLeavesInterruptionsToReadWhichResumes) {
+  server_.AddFault({{"kind", "drop"}, {"after", 70000}});
+  server_.AddFault({{"kind", "truncate"}, {"after", 80000}});  // of the second response
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  auto all = ReadAllGathering(**in, 3000);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ExpectData(*all, data_);
+  auto gets = Gets();
+  ASSERT_EQ(gets.size(), 3u);
+  EXPECT_EQ(gets[1]["range"], "bytes=70000-");
+  EXPECT_EQ(gets[2]["range"], "bytes=150000-");
+}
+
+TEST_F(HttpSourceTest, ReadWithinAfterAnIgnoredRangeRepeatsNoByte) {
+  server_.AddFault({{"kind", "drop"}, {"after", 50000}});
+  server_.AddFault({{"kind", "ignore_range"}});
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  auto all = ReadAllGathering(**in, 3000);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ExpectData(*all, data_);
+  EXPECT_EQ(Gets().size(), 2u);
+}
+
 TEST_F(HttpSourceTest, IgnoredRangeRestartsWithoutRepeatingBytes) {
   server_.AddFault({{"kind", "drop"}, {"after", 50000}});
   server_.AddFault({{"kind", "ignore_range"}});

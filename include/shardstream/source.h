@@ -13,6 +13,7 @@
 #define SHARDSTREAM_SOURCE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -55,6 +56,12 @@ class SHARDSTREAM_EXPORT InputStream {
   // Reads up to n bytes; returns 0 only at the end of the stream. May return
   // fewer than n bytes before the end.
   virtual Result<size_t> Read(size_t n, void* out) = 0;
+  // Like Read, but waits at most `wait` for a first byte; 0 means nothing
+  // arrived in time or the stream ended (Read then tells which). Lets a
+  // caller gather bytes into bigger pieces without holding back bytes that
+  // already arrived when the source pauses. Streams that cannot bound the
+  // wait return 0 at once (the default).
+  virtual Result<size_t> ReadWithin(size_t n, void* out, std::chrono::microseconds wait);
   // The offset in the underlying object of the next byte Read returns.
   virtual uint64_t position() const = 0;
   // The object's total size, when known.

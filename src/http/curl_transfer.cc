@@ -192,7 +192,8 @@ Status CurlTransfer::DoneStatus() const {
 }
 
 template <typename Pred>
-Status CurlTransfer::Drive(Pred ready) {
+Status CurlTransfer::Drive(Pred ready, const std::chrono::steady_clock::time_point* deadline,
+                           bool* timed_out) {
   while (!ready() && !done_) {
     int running = 0;
     CURLMcode mc = curl_multi_perform(multi_.get(), &running);
@@ -220,7 +221,17 @@ Status CurlTransfer::Drive(Pred ready) {
                         std::to_string(received_) + " bytes",
                     url_);
     }
-    mc = curl_multi_poll(multi_.get(), nullptr, 0, 100, nullptr);
+    int wait_ms = 100;
+    if (deadline != nullptr) {
+      auto left = *deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) {
+        *timed_out = true;
+        break;
+      }
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+      wait_ms = static_cast<int>(std::min<int64_t>(ms, wait_ms));
+    }
+    mc = curl_multi_poll(multi_.get(), nullptr, 0, wait_ms, nullptr);
     if (mc != CURLM_OK) {
       return Status(StatusCode::kUnavailable,
                     method_ + " " + url_ + ": " + curl_multi_strerror(mc), url_);
@@ -307,6 +318,19 @@ Status CurlTransfer::Start(const HttpRequest& req) {
 }
 
 Result<size_t> CurlTransfer::Read(char* out, size_t n) {
+  return ReadImpl(out, n, nullptr, nullptr);
+}
+
+Result<size_t> CurlTransfer::ReadUntil(char* out, size_t n,
+                                       std::chrono::steady_clock::time_point deadline,
+                                       bool* timed_out) {
+  *timed_out = false;
+  return ReadImpl(out, n, &deadline, timed_out);
+}
+
+Result<size_t> CurlTransfer::ReadImpl(char* out, size_t n,
+                                      const std::chrono::steady_clock::time_point* deadline,
+                                      bool* timed_out) {
   if (n == 0) return size_t{0};
   size_t buffered = spill_.size() - spill_pos_;
   if (buffered > 0) {
@@ -332,13 +356,15 @@ Result<size_t> CurlTransfer::Read(char* out, size_t n) {
     // Unpausing delivers the held chunk right away, into target_/spill_.
     curl_easy_pause(easy_.get(), CURLPAUSE_CONT);
   }
-  Status s = Drive([this] { return target_len_ > 0 || spill_.size() > spill_pos_; });
+  Status s = Drive([this] { return target_len_ > 0 || spill_.size() > spill_pos_; }, deadline,
+                   timed_out);
   size_t got = target_len_;
   target_ = nullptr;
   target_cap_ = target_len_ = 0;
   SHARDSTREAM_RETURN_IF_ERROR(s);
   if (got > 0) return got;
-  if (spill_.size() > spill_pos_) return Read(out, n);
+  if (spill_.size() > spill_pos_) return ReadImpl(out, n, nullptr, nullptr);
+  if (timed_out != nullptr && *timed_out) return size_t{0};
   SHARDSTREAM_RETURN_IF_ERROR(DoneStatus());
   return size_t{0};
 }

@@ -67,6 +67,10 @@ class CurlTransfer {
   // Reads up to n body bytes; 0 means the body ended cleanly. An
   // interruption (reset, truncated body, stall) returns kUnavailable.
   Result<size_t> Read(char* out, size_t n);
+  // Read that gives up at `deadline` if nothing arrived: returns 0 and sets
+  // *timed_out (the transfer goes on; call again).
+  Result<size_t> ReadUntil(char* out, size_t n, std::chrono::steady_clock::time_point deadline,
+                           bool* timed_out);
   // Stop with kCancelled when *cancel turns true (checked every 100 ms).
   void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
   // Body bytes received so far (handed out or buffered).
@@ -77,8 +81,13 @@ class CurlTransfer {
   static size_t OnHeader(char* data, size_t size, size_t nmemb, void* self);
   static size_t OnRead(char* out, size_t size, size_t nmemb, void* self);
   // Runs curl until `ready()` or the transfer finished.
+  // Runs curl until `ready()`, the transfer finished or, with a deadline,
+  // the deadline passed (*timed_out).
   template <typename Pred>
-  Status Drive(Pred ready);
+  Status Drive(Pred ready, const std::chrono::steady_clock::time_point* deadline = nullptr,
+               bool* timed_out = nullptr);
+  Result<size_t> ReadImpl(char* out, size_t n,
+                          const std::chrono::steady_clock::time_point* deadline, bool* timed_out);
   Status DoneStatus() const;
 
   const HttpOptions& options_;

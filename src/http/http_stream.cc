@@ -56,7 +56,9 @@ class HttpStream final : public InputStream {
       if (eof_ || n == 0) return size_t{0};
       if (!transfer_) SHARDSTREAM_RETURN_IF_ERROR(Connect());
       if (eof_) return size_t{0};
-      Status failure = SkipIgnoredRange();
+      Status failure = std::move(pending_);
+      pending_ = Status::OK();
+      if (failure.ok()) failure = SkipIgnoredRange();
       if (failure.ok()) {
         auto got = transfer_->Read(static_cast<char*>(out), n);
         if (!got.ok()) {
@@ -89,6 +91,25 @@ class HttpStream final : public InputStream {
       transfer_.reset();
       ++failures_;
     }
+  }
+
+  // Only the common case of a transfer under way; anything else (connect,
+  // retry, end of body) is left to Read, with a failure kept for it.
+  Result<size_t> ReadWithin(size_t n, void* out, std::chrono::microseconds wait) override {
+    if (req_.cancel && req_.cancel->load()) return Cancelled();
+    if (eof_ || n == 0 || !transfer_ || skip_ > 0 || !pending_.ok()) return size_t{0};
+    bool timed_out = false;
+    auto got = transfer_->ReadUntil(static_cast<char*>(out), n,
+                                    std::chrono::steady_clock::now() + wait, &timed_out);
+    if (!got.ok()) {
+      pending_ = got.status();
+      return size_t{0};
+    }
+    if (*got == 0) return size_t{0};
+    pos_ += *got;
+    failures_ = 0;
+    SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
+    return *got;
   }
 
  private:
@@ -302,6 +323,7 @@ class HttpStream final : public InputStream {
   uint64_t skip_ = 0;
   int failures_ = 0;
   bool eof_ = false;
+  Status pending_;  // a failure ReadWithin met, for Read to handle
   Status last_error_;
   std::optional<HttpResponse> last_response_;
 };
