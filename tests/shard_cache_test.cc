@@ -481,6 +481,63 @@ TEST_F(ShardCacheTest, DiskFullIsFoundBeforeAnyByteIsWritten) {
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".tmp").empty());
 }
 
+// A source answering in small reads: the download gathers them into whole
+// chunks at chunk-aligned offsets (what lets the page cache keep the entry in
+// large pieces), and the entry is still exact.
+TEST_F(ShardCacheTest, ADownloadAppendsWholeChunksAtChunkOffsets) {
+  auto refs = MakeShards(2, 300000);
+  knobs_->max_read = 4096;  // 74 reads
+  auto disk = std::make_shared<SmallDiskFs>(100 << 20);
+  disk->chunk = 64 << 10;
+  auto options = Options(100 << 20);
+  options.fs = disk;
+  auto cache = NewCache(options);
+  auto data = ReadThroughCache(*cache, refs[0]);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[0]);
+  cache->WaitIdle();
+  EXPECT_EQ(disk->chunk_crossings.load(), 0);
+  // 4 whole chunks and the rest, and the entry's metadata file; a chunk is
+  // cut short only when the source pauses for 2 ms, which a very slow
+  // machine might see once or twice.
+  EXPECT_GE(disk->appends.load(), 5 + 1);
+  EXPECT_LE(disk->appends.load(), 15);
+  const int appends = disk->appends.load();
+  // A stream that cannot bound its wait (ReadWithin's default) is appended
+  // read by read, as it arrives.
+  knobs_->read_within = false;
+  auto other = ReadThroughCache(*cache, refs[1]);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(*other, contents_[1]);
+  cache->WaitIdle();
+  EXPECT_EQ(disk->appends.load() - appends, 74 + 1);
+}
+
+// Bytes that arrived before the source paused reach a reader during the
+// pause: the download does not hold them back to complete a chunk.
+TEST_F(ShardCacheTest, BytesBeforeASourcePauseReachReadersDuringThePause) {
+  auto refs = MakeShards(1, 300000);
+  knobs_->max_read = 1000;
+  knobs_->gate_after = 100000;  // mid-chunk: chunks are 64 KiB
+  auto options = Options(100 << 20);
+  options.stall_timeout = std::chrono::milliseconds(5000);  // a held byte fails, not hangs
+  auto cache = NewCache(options);
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::string head(100000, '\0');
+  for (size_t n = 0; n < head.size();) {
+    auto got = (*shard)->Read(head.size() - n, head.data() + n);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_GT(*got, 0u);
+    n += *got;
+  }
+  EXPECT_TRUE(head == contents_[0].substr(0, head.size())) << "bytes differ";
+  WriteFile(knobs_->gate_file, "");
+  auto rest = ReadAll(**shard);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(head + *rest, contents_[0]);
+}
+
 TEST_F(ShardCacheTest, AnEntryRecordsOnlyAChecksumTheManifestGave) {
   auto refs = MakeShards(1, 300000);
   ShardRef bare(refs[0].url, refs[0].size, "");

@@ -22,7 +22,16 @@ class FaultStream final : public InputStream {
   uint64_t position() const override { return in_->position(); }
   std::optional<uint64_t> size() const override { return in_->size(); }
 
-  Result<size_t> Read(size_t n, void* out) override {
+  Result<size_t> Read(size_t n, void* out) override { return ReadOrNot(n, out, true); }
+  // Like a network stream: what "has arrived" comes back at once, a closed
+  // gate is a pause (0), not a wait.
+  Result<size_t> ReadWithin(size_t n, void* out, std::chrono::microseconds) override {
+    if (!knobs_->read_within) return size_t{0};
+    return ReadOrNot(n, out, false);
+  }
+
+ private:
+  Result<size_t> ReadOrNot(size_t n, void* out, bool wait) {
     if (size_t cap = knobs_->max_read.load(); cap > 0) n = std::min(n, cap);
     if (int us = knobs_->delay_us.load(); us > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(us));
@@ -30,6 +39,7 @@ class FaultStream final : public InputStream {
     int64_t gate = knobs_->gate_after.load();
     if (gate >= 0) {
       if (pos >= static_cast<uint64_t>(gate)) {
+        if (!wait && ::access(knobs_->gate_file.c_str(), F_OK) != 0) return size_t{0};
         while (::access(knobs_->gate_file.c_str(), F_OK) != 0)
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
       } else {
@@ -48,7 +58,6 @@ class FaultStream final : public InputStream {
     return got;
   }
 
- private:
   std::unique_ptr<InputStream> in_;
   std::shared_ptr<CacheFaultKnobs> knobs_;
   bool corrupt_;
@@ -58,20 +67,26 @@ class FaultStream final : public InputStream {
 class SmallDiskFile final : public WritableFile {
  public:
   SmallDiskFile(std::unique_ptr<WritableFile> file, std::shared_ptr<std::atomic<int64_t>> free,
-                std::atomic<int>* errors, std::atomic<int64_t>* appended)
-      : file_(std::move(file)), free_(std::move(free)), errors_(errors), appended_(appended) {}
+                SmallDiskFs* fs)
+      : file_(std::move(file)), free_(std::move(free)), fs_(fs) {}
   const std::string& url() const override { return file_->url(); }
   Status Append(std::string_view data) override {
     int64_t n = std::max<int64_t>(0, written_ + static_cast<int64_t>(data.size()) - reserved_) -
                 std::max<int64_t>(0, written_ - reserved_);
     if (n > 0 && free_->fetch_sub(n) < n) {
       free_->fetch_add(n);
-      errors_->fetch_add(1);
+      fs_->nospace_errors.fetch_add(1);
       return Status::FromErrno(ENOSPC, "write " + url());
     }
+    const int64_t chunk = fs_->chunk.load();
+    const bool crosses = chunk > 0 && !data.empty() &&
+                         written_ / chunk != (written_ + static_cast<int64_t>(data.size()) - 1) / chunk;
     written_ += static_cast<int64_t>(data.size());
-    appended_->fetch_add(static_cast<int64_t>(data.size()));
-    return file_->Append(data);
+    SHARDSTREAM_RETURN_IF_ERROR(file_->Append(data));
+    if (crosses) fs_->chunk_crossings.fetch_add(1);
+    fs_->appended_bytes.fetch_add(static_cast<int64_t>(data.size()));
+    fs_->appends.fetch_add(1);
+    return Status::OK();
   }
   // Reserves like fallocate: all or nothing, appends then use the reservation.
   Status Preallocate(uint64_t bytes) override {
@@ -79,7 +94,7 @@ class SmallDiskFile final : public WritableFile {
     if (more <= 0) return Status::OK();
     if (free_->fetch_sub(more) < more) {
       free_->fetch_add(more);
-      errors_->fetch_add(1);
+      fs_->nospace_errors.fetch_add(1);
       return Status::FromErrno(ENOSPC, "reserve space for " + url());
     }
     reserved_ = static_cast<int64_t>(bytes);
@@ -96,8 +111,7 @@ class SmallDiskFile final : public WritableFile {
  private:
   std::unique_ptr<WritableFile> file_;
   std::shared_ptr<std::atomic<int64_t>> free_;
-  std::atomic<int>* errors_;
-  std::atomic<int64_t>* appended_;
+  SmallDiskFs* fs_;
   int64_t written_ = 0;
   int64_t reserved_ = 0;  // bytes taken from free_ ahead of the appends
 };
@@ -147,7 +161,7 @@ std::map<std::string, int> CountFetches(const std::string& fetch_log) {
 
 Result<std::unique_ptr<WritableFile>> SmallDiskFs::NewWritableFile(const std::string& url) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto file, SourceWrapper::NewWritableFile(url));
-  return std::unique_ptr<WritableFile>(new SmallDiskFile(std::move(file), free_, &nospace_errors, &appended_bytes));
+  return std::unique_ptr<WritableFile>(new SmallDiskFile(std::move(file), free_, this));
 }
 
 Status SmallDiskFs::Remove(const std::string& url) {

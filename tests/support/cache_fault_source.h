@@ -37,6 +37,9 @@ struct CacheFaultKnobs {
   // first `fail_fetches` fetches from now (default: all of them).
   std::atomic<int64_t> fail_after{-1};
   std::atomic<int> fail_fetches{std::numeric_limits<int>::max()};
+  // Streams answer ReadWithin as a network stream does (otherwise: 0, as a
+  // stream that cannot bound its wait).
+  std::atomic<bool> read_within{true};
 };
 
 class CacheFaultSource final : public SourceWrapper {
@@ -68,6 +71,10 @@ class SmallDiskFs final : public SourceWrapper {
   int64_t free_bytes() const { return free_->load(); }
   std::atomic<int> nospace_errors{0};
   std::atomic<int64_t> appended_bytes{0};  // by every file, failed appends excluded
+  std::atomic<int> appends{0};             // successful Append calls
+  // Appends that cross a multiple of `chunk` in their file (when set).
+  std::atomic<int64_t> chunk{0};
+  std::atomic<int> chunk_crossings{0};
 
  private:
   std::shared_ptr<std::atomic<int64_t>> free_;
