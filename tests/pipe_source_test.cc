@@ -60,6 +60,43 @@ TEST(PipeSourceTest, NonZeroExitIsAnErrorNamingTheStatus) {
   EXPECT_NE(r.status().message().find("status 127"), std::string::npos) << r.status();
 }
 
+TEST(PipeSourceTest, ReadWithinGivesUpOnAPauseAndLeavesTheEndToRead) {
+  auto in = DefaultSource()->OpenInputStream("pipe:printf abc; sleep 2; printf def; exit 3", 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::string got, buf(100, '\0');
+  double gave_up_after = 0;
+  while (true) {
+    auto start = std::chrono::steady_clock::now();
+    auto n = (*in)->ReadWithin(buf.size(), buf.data(), std::chrono::milliseconds(200));
+    ASSERT_TRUE(n.ok()) << n.status();
+    if (*n == 0) {
+      gave_up_after =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      break;
+    }
+    got.append(buf.data(), *n);
+  }
+  EXPECT_EQ(got, "abc");  // what came before the pause
+  EXPECT_GE(gave_up_after, 0.15);
+  EXPECT_LT(gave_up_after, 1.5);  // not the 2 s pause
+  auto n = (*in)->Read(buf.size(), buf.data());
+  ASSERT_TRUE(n.ok()) << n.status();
+  got.append(buf.data(), *n);
+  // The end and the exit status still come from Read.
+  while (true) {
+    auto more = (*in)->ReadWithin(buf.size(), buf.data(), std::chrono::milliseconds(100));
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (*more == 0) break;
+    got.append(buf.data(), *more);
+  }
+  EXPECT_EQ(got, "abcdef");
+  auto end = (*in)->Read(buf.size(), buf.data());
+  ASSERT_FALSE(end.ok());
+  EXPECT_NE(end.status().message().find("exited with status 3"), std::string::npos)
+      << end.status();
+  EXPECT_EQ((*in)->position(), 6u);
+}
+
 TEST(PipeSourceTest, EarlyCloseKillsTheCommandAndLeavesNoZombie) {
   testing::TempDir dir;
   std::string pidfile = dir.Join("pid");

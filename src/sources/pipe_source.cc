@@ -3,6 +3,7 @@
 // closing the stream early stops the whole pipeline it started; it is always
 // reaped (no zombies). A non-zero exit is an error naming the status.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -84,6 +85,26 @@ class PipeStream final : public InputStream {
 
   const std::string& url() const override { return url_; }
   uint64_t position() const override { return pos_; }
+
+  // Waits on the pipe with poll(); the end of the output and the command's
+  // exit status are left to Read.
+  Result<size_t> ReadWithin(size_t n, void* out, std::chrono::microseconds wait) override {
+    if (fd_ < 0 || n == 0) return size_t{0};
+    struct pollfd p = {fd_, POLLIN, 0};
+    const int ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
+    int rc;
+    do {
+      rc = ::poll(&p, 1, ms);
+    } while (rc < 0 && errno == EINTR);
+    if (rc <= 0) return size_t{0};
+    ssize_t got;
+    do {
+      got = ::read(fd_, out, n);
+    } while (got < 0 && errno == EINTR);
+    if (got <= 0) return size_t{0};
+    pos_ += static_cast<uint64_t>(got);
+    return static_cast<size_t>(got);
+  }
 
   Result<size_t> Read(size_t n, void* out) override {
     if (fd_ < 0) return size_t{0};
