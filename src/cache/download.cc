@@ -204,7 +204,7 @@ Result<std::unique_ptr<WritableFile>> ShardCache::Impl::Reserve(const std::strin
 
 // Appends of whole chunks at chunk-aligned offsets let the page cache hold
 // the entry in large folios (kernels whose file system has them): measured
-// here, a fill at 256 KiB per append runs 10-15% faster than one append per
+// here, a fill at 256 KiB per append runs 5-15% faster than one append per
 // network read (about 16 KiB from curl), and later epochs read the entry 1.4x
 // faster. Bigger chunks pause the receive longer: the socket's buffer runs
 // full and loopback TCP stalls (1 MiB lost most of the gain with a checksum).
