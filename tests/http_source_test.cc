@@ -13,6 +13,7 @@
 #include "common/log_capture.h"
 #include "shardstream/url.h"
 #include "support/http_server.h"
+#include "support/read_within.h"
 #include "support/test_util.h"
 
 namespace shardstream {
@@ -248,19 +249,10 @@ TEST_F(HttpSourceTest, ReadWithinGivesUpOnAPauseAndReadGoesOn) {
   o.low_speed_time_s = 30;  // a pause, not a stall to retry
   auto in = Source(o)->OpenInputStream(server_.Url("/shard.tar"), 0);
   ASSERT_TRUE(in.ok()) << in.status();
-  std::string head, buf(4096, '\0');
   double gave_up_after = 0;
-  while (true) {
-    auto start = std::chrono::steady_clock::now();
-    auto got = (*in)->ReadWithin(buf.size(), buf.data(), std::chrono::milliseconds(200));
-    ASSERT_TRUE(got.ok()) << got.status();
-    if (*got == 0) {
-      gave_up_after =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      break;
-    }
-    head.append(buf.data(), *got);
-  }
+  auto read = testing::ReadWithinUntilPause(**in, std::chrono::milliseconds(200), &gave_up_after);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::string& head = *read;
   EXPECT_EQ(head.size(), 5000u);  // what came before the pause, nothing lost
   EXPECT_TRUE(head == data_.substr(0, head.size())) << "bytes differ";
   EXPECT_GE(gave_up_after, 0.15);
@@ -284,6 +276,16 @@ TEST_F(HttpSourceTest, ReadWithinLeavesInterruptionsToReadWhichResumes) {
   ASSERT_EQ(gets.size(), 3u);
   EXPECT_EQ(gets[1]["range"], "bytes=70000-");
   EXPECT_EQ(gets[2]["range"], "bytes=150000-");
+}
+
+TEST_F(HttpSourceTest, ReadWithinNeverYieldsWrongBytesOnAWrongLength) {
+  for (int delta : {100, -100}) {
+    server_.AddFault({{"kind", "wrong_length"}, {"delta", delta}});
+    auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+    if (!in.ok()) continue;  // refusing is fine; wrong data is not
+    auto all = ReadAllGathering(**in, 3000);
+    if (all.ok()) EXPECT_TRUE(*all == data_.substr(0, all->size())) << delta;
+  }
 }
 
 TEST_F(HttpSourceTest, ReadWithinAfterAnIgnoredRangeRepeatsNoByte) {

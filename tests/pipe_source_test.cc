@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "shardstream/source.h"
+#include "support/read_within.h"
 #include "support/test_util.h"
 
 namespace shardstream {
@@ -63,32 +64,21 @@ TEST(PipeSourceTest, NonZeroExitIsAnErrorNamingTheStatus) {
 TEST(PipeSourceTest, ReadWithinGivesUpOnAPauseAndLeavesTheEndToRead) {
   auto in = DefaultSource()->OpenInputStream("pipe:printf abc; sleep 2; printf def; exit 3", 0);
   ASSERT_TRUE(in.ok()) << in.status();
-  std::string got, buf(100, '\0');
   double gave_up_after = 0;
-  while (true) {
-    auto start = std::chrono::steady_clock::now();
-    auto n = (*in)->ReadWithin(buf.size(), buf.data(), std::chrono::milliseconds(200));
-    ASSERT_TRUE(n.ok()) << n.status();
-    if (*n == 0) {
-      gave_up_after =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      break;
-    }
-    got.append(buf.data(), *n);
-  }
+  auto head = testing::ReadWithinUntilPause(**in, std::chrono::milliseconds(200), &gave_up_after);
+  ASSERT_TRUE(head.ok()) << head.status();
+  std::string got = *head;
   EXPECT_EQ(got, "abc");  // what came before the pause
   EXPECT_GE(gave_up_after, 0.15);
   EXPECT_LT(gave_up_after, 1.5);  // not the 2 s pause
+  std::string buf(100, '\0');
   auto n = (*in)->Read(buf.size(), buf.data());
   ASSERT_TRUE(n.ok()) << n.status();
   got.append(buf.data(), *n);
   // The end and the exit status still come from Read.
-  while (true) {
-    auto more = (*in)->ReadWithin(buf.size(), buf.data(), std::chrono::milliseconds(100));
-    ASSERT_TRUE(more.ok()) << more.status();
-    if (*more == 0) break;
-    got.append(buf.data(), *more);
-  }
+  auto tail = testing::ReadWithinUntilPause(**in, std::chrono::milliseconds(100), &gave_up_after);
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  got += *tail;
   EXPECT_EQ(got, "abcdef");
   auto end = (*in)->Read(buf.size(), buf.data());
   ASSERT_FALSE(end.ok());

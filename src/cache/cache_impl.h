@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "cache/cache_dir.h"
-#include "shardstream/checksum.h"
 #include "shardstream/shard_cache.h"
 
 namespace shardstream {
@@ -115,10 +114,6 @@ class ShardCache::Impl {
   void WorkerLoop();
   void PrefetchOne(const ShardRef& ref);
   void RunDownload(internal::Download& d);
-  // Up to the next multiple of `chunk` past `received` bytes from `in`,
-  // into buf, hashed into `hasher` if any; 0 at its end.
-  static Result<size_t> ReceiveChunk(InputStream& in, uint64_t received, char* buf, size_t chunk,
-                                     Hasher* hasher);
   // Reserves room for `size` bytes and creates the temporary. Returns false
   // in *fits when the shard cannot be cached now (too large, all pinned).
   Result<std::unique_ptr<WritableFile>> Reserve(const std::string& key, int64_t size,

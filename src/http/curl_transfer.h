@@ -80,7 +80,6 @@ class CurlTransfer {
   static size_t OnWrite(char* data, size_t size, size_t nmemb, void* self);
   static size_t OnHeader(char* data, size_t size, size_t nmemb, void* self);
   static size_t OnRead(char* out, size_t size, size_t nmemb, void* self);
-  // Runs curl until `ready()` or the transfer finished.
   // Runs curl until `ready()`, the transfer finished or, with a deadline,
   // the deadline passed (*timed_out).
   template <typename Pred>
