@@ -538,6 +538,38 @@ TEST_F(ShardCacheTest, BytesBeforeASourcePauseReachReadersDuringThePause) {
   EXPECT_EQ(head + *rest, contents_[0]);
 }
 
+// A reader asking for more than has arrived is woken when the download must
+// wait on a paused source, also when the pause falls on a chunk boundary (no
+// short piece tells it): not by its own 50 ms wait slices.
+TEST_F(ShardCacheTest, AReaderAskingForMoreGetsTheBytesBeforeAPauseAtAChunkBoundary) {
+  auto refs = MakeShards(1, 300000);
+  knobs_->gate_after = 2 * (64 << 10);  // on a chunk boundary: chunks are 64 KiB
+  knobs_->delay_us = 3000;              // so the reader waits for the second chunk
+  auto options = Options(100 << 20);
+  options.stall_timeout = std::chrono::milliseconds(5000);
+  auto cache = NewCache(options);
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::string head;
+  std::vector<char> buf(1 << 20);  // more than the whole shard
+  auto slowest = std::chrono::steady_clock::duration::zero();
+  while (head.size() < static_cast<size_t>(knobs_->gate_after.load())) {
+    auto start = std::chrono::steady_clock::now();
+    auto got = (*shard)->Read(buf.size(), buf.data());
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - start);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_GT(*got, 0u);
+    head.append(buf.data(), *got);
+  }
+  EXPECT_EQ(head.size(), static_cast<size_t>(knobs_->gate_after.load()));
+  // The download holds a pause for 2 ms before it wakes readers.
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count(), 35);
+  WriteFile(knobs_->gate_file, "");
+  auto rest = ReadAll(**shard);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(head + *rest, contents_[0]);
+}
+
 TEST_F(ShardCacheTest, AnEntryRecordsOnlyAChecksumTheManifestGave) {
   auto refs = MakeShards(1, 300000);
   ShardRef bare(refs[0].url, refs[0].size, "");

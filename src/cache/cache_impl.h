@@ -35,6 +35,9 @@ struct Download {
   std::string temp_path;    // the current attempt's temporary ("" before one exists)
   uint64_t generation = 0;  // bumped per attempt
   uint64_t written = 0;     // bytes of the current attempt on disk
+  // The least `written` a reader waiting in this process asked for: appends
+  // short of it wake nobody (unless the source slows down or pauses).
+  uint64_t wake_at = 0;
   int64_t size = -1;        // the current attempt's size, when the source says (-1: unknown)
   bool done = false;
   bool uncached = false;    // gave up caching: readers continue from the source

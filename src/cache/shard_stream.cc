@@ -252,6 +252,10 @@ class ShardStream final : public CachedShard {
         *reattach = true;
         return size_t{0};
       }
+      // Woken once the bytes asked for are there (or fewer, see download.cc).
+      uint64_t want_end = pos_ + n;
+      if (d.size >= 0) want_end = std::min<uint64_t>(want_end, static_cast<uint64_t>(d.size));
+      d.wake_at = std::min(d.wake_at, want_end);
       d.cv.wait_for(lock, std::chrono::milliseconds(50));
       if (d.written != last_written) {
         last_written = d.written;
