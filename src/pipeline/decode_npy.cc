@@ -73,33 +73,55 @@ class HeaderParser {
   size_t i_ = 0;
 };
 
-}  // namespace
-
-Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
-  static const char kMagic[] = "\x93NUMPY";
-  if (b.size() < 10 || std::memcmp(b.data(), kMagic, 6) != 0)
-    return FieldError(ctx, 0, "not a .npy file (bad magic)");
-  const int major = static_cast<unsigned char>(b[6]);
-  if (major < 1 || major > 3)
-    return FieldError(ctx, 6, "unsupported .npy version " + std::to_string(major));
-  size_t header_len, header_start;
-  auto u8 = [&](size_t i) { return static_cast<size_t>(static_cast<unsigned char>(b[i])); };
-  if (major == 1) {
-    header_len = u8(8) | (u8(9) << 8);
-    header_start = 10;
-  } else {
-    if (b.size() < 12) return FieldError(ctx, 8, "truncated .npy header length");
-    header_len = u8(8) | (u8(9) << 8) | (u8(10) << 16) | (u8(11) << 24);
-    header_start = 12;
+// The header numpy itself writes (np.save, np.lib.format), e.g.
+//   {'descr': '<i4', 'fortran_order': False, 'shape': (1234,), }
+// matched without the general parser: a token document's header costs as
+// much to parse as its tokens cost to copy. Anything else, including every
+// malformed header, is left to the general parser (false): this one accepts
+// only what that one accepts, with the same result.
+bool ParseNumpyHeader(std::string_view h, std::string_view* descr, DecodedField* out) {
+  static constexpr char kHead[] = "{'descr': '";
+  static constexpr char kMid[] = "', 'fortran_order': False, 'shape': (";
+  constexpr size_t kHeadLen = sizeof(kHead) - 1, kMidLen = sizeof(kMid) - 1;
+  if (h.size() < kHeadLen + kMidLen + 2 || std::memcmp(h.data(), kHead, kHeadLen) != 0)
+    return false;
+  size_t q = kHeadLen;
+  while (q < h.size() && q < kHeadLen + 8 && h[q] != '\'') ++q;
+  if (q + kMidLen >= h.size() || std::memcmp(h.data() + q, kMid, kMidLen) != 0) return false;
+  *descr = h.substr(kHeadLen, q - kHeadLen);
+  size_t i = q + kMidLen;
+  int ndim = 0;
+  while (i < h.size() && h[i] != ')') {
+    const size_t start = i;
+    int64_t v = 0;
+    while (i < h.size() && h[i] >= '0' && h[i] <= '9') {
+      if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) return false;
+      v = v * 10 + (h[i++] - '0');
+    }
+    if (i == start || ndim == kMaxDims || i >= h.size()) return false;
+    out->shape[ndim++] = v;
+    if (h[i] == ',') {
+      ++i;
+      if (i < h.size() && h[i] == ' ') ++i;
+    } else if (h[i] != ')') {
+      return false;
+    }
   }
-  if (header_len > b.size() - header_start)
-    return FieldError(ctx, 8, "header length " + std::to_string(header_len) +
-                                  " runs past the field's " + std::to_string(b.size()) + " bytes");
+  if (i >= h.size()) return false;
+  ++i;  // ')'
+  const std::string_view tail = h.substr(i);
+  if (tail.substr(0, 3) != ", }" && tail.substr(0, 1) != "}") return false;
+  out->ndim = ndim;
+  return true;
+}
+
+// The general parser: any dict of the three keys, in any order and spacing.
+Status ParseHeader(std::string_view b, size_t header_start, size_t header_len,
+                   const FieldContext& ctx, std::string_view* descr_out, DecodedField* out_p) {
+  DecodedField& out = *out_p;
+  std::string_view& descr = *descr_out;
   HeaderParser p(b.substr(header_start, header_len), header_start);
-  std::string_view descr;
   bool have_descr = false, have_order = false, have_shape = false;
-  DecodedField out;
-  out.is_tensor = true;
   if (!p.Eat('{')) return FieldError(ctx, p.pos(), "header is not a dict");
   while (!p.Eat('}')) {
     std::string_view key;
@@ -134,6 +156,12 @@ Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
   }
   if (!have_descr || !have_order || !have_shape)
     return FieldError(ctx, header_start, "header lacks descr, fortran_order or shape");
+  return Status::OK();
+}
+
+// Checks the dtype and the data's size against the shape.
+Result<DecodedField> Finish(std::string_view b, size_t header_start, size_t header_len,
+                            std::string_view descr, const FieldContext& ctx, DecodedField out) {
   if (descr.size() >= 1 && descr[0] == '>' && descr.size() == 3 && descr[2] != '1')
     return FieldError(ctx, header_start,
                       "big-endian dtype '" + std::string(descr) + "' is not supported");
@@ -158,6 +186,39 @@ Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
                           std::to_string(b.size() - data_start));
   out.data = b.substr(data_start);
   return out;
+}
+
+}  // namespace
+
+Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
+  static const char kMagic[] = "\x93NUMPY";
+  if (b.size() < 10 || std::memcmp(b.data(), kMagic, 6) != 0)
+    return FieldError(ctx, 0, "not a .npy file (bad magic)");
+  const int major = static_cast<unsigned char>(b[6]);
+  if (major < 1 || major > 3)
+    return FieldError(ctx, 6, "unsupported .npy version " + std::to_string(major));
+  size_t header_len, header_start;
+  auto u8 = [&](size_t i) { return static_cast<size_t>(static_cast<unsigned char>(b[i])); };
+  if (major == 1) {
+    header_len = u8(8) | (u8(9) << 8);
+    header_start = 10;
+  } else {
+    if (b.size() < 12) return FieldError(ctx, 8, "truncated .npy header length");
+    header_len = u8(8) | (u8(9) << 8) | (u8(10) << 16) | (u8(11) << 24);
+    header_start = 12;
+  }
+  if (header_len > b.size() - header_start)
+    return FieldError(ctx, 8, "header length " + std::to_string(header_len) +
+                                  " runs past the field's " + std::to_string(b.size()) + " bytes");
+  std::string_view descr;
+  DecodedField out;
+  out.is_tensor = true;
+  if (!ParseNumpyHeader(b.substr(header_start, header_len), &descr, &out)) {
+    out = DecodedField();
+    out.is_tensor = true;
+    SHARDSTREAM_RETURN_IF_ERROR(ParseHeader(b, header_start, header_len, ctx, &descr, &out));
+  }
+  return Finish(b, header_start, header_len, descr, ctx, std::move(out));
 }
 
 std::string EncodeNpy(DType dtype, const std::vector<int64_t>& shape, std::string_view data) {

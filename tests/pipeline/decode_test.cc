@@ -86,6 +86,51 @@ TEST(DecodeTest, NpyErrorsNameSampleFieldShardAndOffset) {
   EXPECT_EQ(garbage.status().code(), StatusCode::kCorrupt);
 }
 
+// numpy's own header layout has a fast path; every other spelling the
+// general parser accepts must decode the same, and near misses of the
+// layout must fail as they did before it.
+TEST(DecodeTest, NpyHeadersOfEverySpellingDecodeAlike) {
+  const std::string six = Ints({1, 2, 3, 4, 5, 6});
+  struct Case {
+    const char* dict;
+    std::vector<int64_t> shape;  // expected; empty with ok=false
+    bool ok;
+  };
+  const Case cases[] = {
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }", {6}, true},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", {2, 3}, true},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (2,3)}", {2, 3}, true},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 3, 1), }", {1, 2, 3, 1}, true},
+      {"{'shape': (6,), 'fortran_order': False, 'descr': '<i4'}", {6}, true},
+      {"{\"descr\": \"<i4\", \"fortran_order\": False, \"shape\": (6,)}", {6}, true},
+      {"{ 'descr' : '<i4' , 'fortran_order' : False , 'shape' : ( 6 , ) , }", {6}, true},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (6L,), }", {6}, true},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (2,,3), }", {}, false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (2 3), }", {}, false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (6,), ", {}, false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (6,)", {}, false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (6,), 'x': 1}", {}, false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999999999999,), }", {}, false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1,6), }", {}, false},
+      {"{'descr': '<i4 with a long tail', 'fortran_order': False, 'shape': (6,), }", {}, false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }trailing", {6}, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.dict);
+    auto f = DecodeNpy(NpyV(1, c.dict, six), kCtx);
+    ASSERT_EQ(f.ok(), c.ok) << f.status();
+    if (!c.ok) {
+      EXPECT_EQ(f.status().code(), StatusCode::kCorrupt);
+      EXPECT_EQ(f.status().url(), kCtx.url);
+      continue;
+    }
+    EXPECT_EQ(f->dtype, DType::kInt32);
+    ASSERT_EQ(f->ndim, static_cast<int>(c.shape.size()));
+    for (size_t i = 0; i < c.shape.size(); ++i) EXPECT_EQ(f->shape[i], c.shape[i]);
+    EXPECT_EQ(f->data, six);
+  }
+}
+
 TEST(DecodeTest, RawWithDeclaredShape) {
   FieldSpec spec{"x.bin", "", FieldDecode::kRaw, DType::kInt16, {-1, 2}};
   std::string bytes(12, '\0');
