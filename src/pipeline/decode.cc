@@ -1,4 +1,3 @@
-#include <cctype>
 #include <string>
 
 #include "pipeline/decode_error.h"
@@ -104,15 +103,26 @@ Result<DecodedField> DecodeRaw(std::string_view b, const FieldSpec& spec,
   return out;
 }
 
+// ASCII case-insensitive: asked once per field of every sample.
+bool IsExtension(std::string_view ext, std::string_view lower) {
+  if (ext.size() != lower.size()) return false;
+  for (size_t i = 0; i < ext.size(); ++i) {
+    char c = ext[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 FieldDecode DecodeForName(std::string_view field_name) {
   std::string_view ext = LastExtension(field_name);
-  std::string lower(ext);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "npy") return FieldDecode::kNpy;
-  if (lower == "cls" || lower == "cls2" || lower == "index") return FieldDecode::kLabel;
-  if (lower == "txt" || lower == "text" || lower == "json") return FieldDecode::kString;
+  if (IsExtension(ext, "npy")) return FieldDecode::kNpy;
+  if (IsExtension(ext, "cls") || IsExtension(ext, "cls2") || IsExtension(ext, "index"))
+    return FieldDecode::kLabel;
+  if (IsExtension(ext, "txt") || IsExtension(ext, "text") || IsExtension(ext, "json"))
+    return FieldDecode::kString;
   return FieldDecode::kBytes;
 }
 

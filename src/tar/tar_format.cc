@@ -6,6 +6,8 @@
 namespace shardstream::internal {
 
 bool IsZeroBlock(const char* block) {
+  // Asked of every header, whose name never starts with a NUL.
+  if (block[0] != 0) return false;
   static const char kZero[kTarBlock] = {};
   return std::memcmp(block, kZero, kTarBlock) == 0;
 }

@@ -173,6 +173,11 @@ TEST(DecodeTest, LabelsTextAndBytesByExtension) {
   EXPECT_FALSE(jpg->is_tensor);
   EXPECT_FALSE(jpg->is_string);
   EXPECT_EQ(DecodeForName("tokens.NPY"), FieldDecode::kNpy);
+  EXPECT_EQ(DecodeForName("Cls2"), FieldDecode::kLabel);
+  EXPECT_EQ(DecodeForName("meta.JSON"), FieldDecode::kString);
+  EXPECT_EQ(DecodeForName("tokens.npyz"), FieldDecode::kBytes);
+  EXPECT_EQ(DecodeForName("tokens.np"), FieldDecode::kBytes);
+  EXPECT_EQ(DecodeForName("cls.jpg"), FieldDecode::kBytes);  // the last extension decides
 }
 
 TEST(DTypeTest, ParsesNamesAndCodes) {
