@@ -406,15 +406,13 @@ void ShardCache::Impl::RunDownload(Download& d) {
       Status s = (*file)->Append(std::string_view(buf.data(), *got));
       if (!s.ok()) { failed = s; fs_error = true; break; }
       written += *got;
-      bool wake;
       {
         std::lock_guard<std::mutex> lock(d.mu);
         d.written = written;
-        wake = written >= d.wake_at || written % buf.size() != 0;
-        if (wake) d.wake_at = std::numeric_limits<uint64_t>::max();
+        // A short piece means the source slowed down: its bytes go out now.
+        unannounced = written < d.wake_at && written % buf.size() == 0;
       }
-      if (wake) d.cv.notify_all();
-      unannounced = !wake;
+      if (!unannounced) announce();
     }
     std::string actual = hasher ? hasher->Finish() : std::string();
     if (failed.ok() && size >= 0 && written != static_cast<uint64_t>(size))

@@ -64,10 +64,7 @@ class HttpStream final : public InputStream {
         if (!got.ok()) {
           failure = got.status();
         } else if (*got > 0) {
-          pos_ += *got;
-          failures_ = 0;
-          SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
-          return *got;
+          return Delivered(*got);
         } else if (total_ && pos_ < *total_) {
           failure = Status(StatusCode::kUnavailable,
                            "GET " + url_ + ": body ended at byte " + std::to_string(pos_) +
@@ -106,13 +103,18 @@ class HttpStream final : public InputStream {
       return size_t{0};
     }
     if (*got == 0) return size_t{0};
-    pos_ += *got;
-    failures_ = 0;
-    SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
-    return *got;
+    return Delivered(*got);
   }
 
  private:
+  // Bytes handed to the caller: the transfer is healthy again.
+  Result<size_t> Delivered(size_t got) {
+    pos_ += got;
+    failures_ = 0;
+    SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
+    return got;
+  }
+
   Status CheckLength() const {
     uint64_t cap = client_->options.max_transfer_bytes;
     std::optional<uint64_t> limit = req_.expected_size;
