@@ -286,7 +286,12 @@ class ShardStream final : public CachedShard {
         impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
         return got;
       }
-      if (SameFile(att_.fd, EntryPath(dir, key))) return size_t{0};  // published
+      if (SameFile(att_.fd, EntryPath(dir, key))) {
+        // Published, so complete; but the last appends and the rename may
+        // have come between the fstat above and this check.
+        if (::fstat(att_.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > pos_) continue;
+        return size_t{0};
+      }
       if (st.st_nlink == 0) {  // that attempt was discarded
         *reattach = true;
         return size_t{0};
