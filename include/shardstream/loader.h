@@ -98,8 +98,8 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   HostMemoryKind memory_kind = HostMemoryKind::kPageable;
   uint64_t slot_bytes = 0, slots = 0;
   uint64_t heap_spills = 0;    // batches whose byte fields spilled to the heap
-  // Where the pipeline waited (seconds since Create): the assembler for the
-  // reader threads (reading or the source is the bottleneck), and for the
+  // Where the pipeline waited (seconds since Create): the assembler for a
+  // lane to get a sample (reading or the source is the bottleneck), and for the
   // caller (queue full or every slot held: the training loop is the
   // bottleneck). Neither: assembly itself is.
   double reader_wait_seconds = 0;

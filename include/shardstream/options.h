@@ -106,7 +106,9 @@ struct LoaderOptions {
   // --- threads and memory ---
   // Batches ready ahead of the caller. Default: 4.
   int64_t prefetch = 4;
-  // Threads reading shards. Default: 2.
+  // Worker threads: they read shards and take turns assembling batches
+  // (one core each at full speed; match the cores the loader may use).
+  // Default: 2.
   int reader_threads = 2;
   // Shards open at once, interleaved sample by sample in a fixed seeded
   // order; at least reader_threads. Default: 4.

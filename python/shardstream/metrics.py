@@ -11,7 +11,7 @@ _COUNTERS = {
     "skipped_samples": "Samples skipped by the error policy",
     "skipped_shards": "Shards skipped by the error policy",
     "heap_spills": "Batches whose variable-length fields spilled to the heap",
-    "reader_wait_seconds": "Seconds the assembler waited for the reader threads",
+    "reader_wait_seconds": "Seconds the assembler waited for a lane to get a sample",
     "caller_wait_seconds": "Seconds the assembler waited for the caller (queue full or no free slot)",
 }
 _GAUGES = {

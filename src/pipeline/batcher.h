@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "pipeline/batch_layout.h"
-#include "pipeline/fork_join.h"
 #include "shardstream/decode.h"
 #include "shardstream/options.h"
 #include "shardstream/pinned_pool.h"
@@ -113,18 +112,12 @@ class SHARDSTREAM_EXPORT TokenPacker {
   // Appends one document (a 1-D integer tensor). Tokens that do not fit are
   // carried into the next row and batch. `skip` tokens at its start were
   // already delivered before a restore and are not emitted again.
-  // With `owner` (what keeps tokens.data alive), the copies into the batch
-  // are deferred to the batch's end and split over two threads (see
-  // set_parallel); without, they happen here.
-  Status Add(const RowInput& row, const DecodedField& tokens, int64_t skip = 0,
-             const std::shared_ptr<const void>* owner = nullptr);
+  Status Add(const RowInput& row, const DecodedField& tokens, int64_t skip = 0);
   // Emits the partial batch (rows filled so far, the last padded).
   Status Flush();
   // Where the document being written stands (for resume state).
   int64_t row() const { return row_; }
   int64_t col() const { return col_; }
-  // Copies of a batch (given owners) run on this thread and a helper.
-  void set_parallel(bool on) { parallel_ = on; }
 
  private:
   // One piece of a document: k tokens (the last one the end-of-document
@@ -135,13 +128,10 @@ class SHARDSTREAM_EXPORT TokenPacker {
     int64_t real = 0, k = 0;
     int32_t pos0 = 0, doc = 0;
     DType dtype = DType::kInt32;  // of src
-    std::shared_ptr<const void> owner;
   };
   Status Init();
   Status EndRow();
   void Apply(const CopyOp& op);
-  Status EmitBatch();  // runs the deferred copies, then emits
-  static void RunPart(void* self, int part);
 
   TokenOptions opt_;
   int64_t batch_size_;
@@ -149,10 +139,6 @@ class SHARDSTREAM_EXPORT TokenPacker {
   int64_t row_ = 0;      // row being filled
   int64_t col_ = 0;      // next column in it
   int32_t doc_in_row_ = 0;
-  bool parallel_ = false;
-  std::vector<CopyOp> ops_;  // deferred copies of the batch in progress
-  size_t split_ = 0;         // ops_[0, split_) on this thread, the rest on the helper
-  std::unique_ptr<ForkJoin> fork_;
 };
 
 }  // namespace shardstream::internal

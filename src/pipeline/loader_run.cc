@@ -2,11 +2,8 @@
 
 #include <chrono>
 
-#include <pthread.h>
 
 #include "common/log.h"
-#include "pipeline/prng.h"
-#include "pipeline/shuffle_buffer.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/url.h"
 
@@ -86,6 +83,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     // Process() relies on it: every sample item reaches it decoded.
     lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
   }
+  lc.consume = [this] { return Assemble(); };
   lanes_ = std::make_unique<ShardLanes>(std::move(ranges), lc, counters_);
 
   PoolConfig pool;
@@ -98,9 +96,6 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   auto emit = [this](Batch&& b) { return Emit(std::move(b)); };
   if (!opt_.tokens.field.empty()) {
     packer_ = std::make_unique<TokenPacker>(opt_.tokens, opt_.batch_size, pool, emit);
-    // Copying into the batch is most of the assembler's work: with a
-    // second core, it is split over two threads.
-    packer_->set_parallel(std::thread::hardware_concurrency() > 1);
     packer_->slots().set_epoch(config_.epoch, config_.urls);
   } else {
     batcher_ = std::make_unique<SampleBatcher>(opt_.fields, opt_.batch_size, pool, emit);
@@ -117,15 +112,11 @@ bool LoaderRun::StarvedOfSlots() const {
   return pool != nullptr && pool->stats().waiting > 0 && queue_.size() == 0;
 }
 
-void LoaderRun::Start() {
-  lanes_->Start();
-  thread_ = std::thread([this] { Assemble(); });
-}
+void LoaderRun::Start() { lanes_->Start(); }
 
 void LoaderRun::Stop() {
   Cancel();
   lanes_->Stop();
-  if (thread_.joinable()) thread_.join();
 }
 
 void LoaderRun::Cancel() {
@@ -150,15 +141,17 @@ Status LoaderRun::Emit(Batch&& b) {
   return s;
 }
 
-void LoaderRun::Assemble() {
-  pthread_setname_np(pthread_self(), "ss-assemble");
-  Status s = Pipeline();
-  if (stop_.load()) return;
+int LoaderRun::Assemble() {
+  int want = -1;
+  Status s = Advance(&want);
+  if (s.ok() && want >= 0) return want;
+  if (stop_.load()) return -1;
   if (s.ok()) {
     (void)queue_.PushEnd();
   } else if (s.code() != StatusCode::kCancelled || !stop_.load()) {
     (void)queue_.PushError(std::move(s));
   }
+  return -1;
 }
 
 Status LoaderRun::Process(LaneItem* item) {
@@ -176,7 +169,7 @@ Status LoaderRun::Process(LaneItem* item) {
         auto it = config_.skip_tokens.find({item->shard, s.index});
         if (it != config_.skip_tokens.end()) skip = it->second;
       }
-      st = packer_->Add(row, item->decoded, skip, &s.fields[item->decoded_field].owner);
+      st = packer_->Add(row, item->decoded, skip);
     } else {
       st = item->decode_status;
     }
@@ -197,64 +190,72 @@ Status LoaderRun::Process(LaneItem* item) {
   return st;
 }
 
-Status LoaderRun::Pipeline() {
+Status LoaderRun::Advance(int* want) {
   const int nl = lanes_->lanes();
-  const bool known = config_.plan.num_samples >= 0;
-  // Lane weights: samples left (known counts) or 1 while a lane has ranges.
-  std::vector<int64_t> weight(static_cast<size_t>(nl), 0);
-  std::vector<size_t> ends_seen(static_cast<size_t>(nl), 0);
-  for (int l = 0; l < nl; ++l) {
-    for (size_t ri : lanes_->lane_ranges(l)) {
-      const LaneRange& r = lanes_->range(ri);
-      weight[static_cast<size_t>(l)] += known ? r.end - r.first : 1;
-    }
-    if (!known) weight[static_cast<size_t>(l)] = lanes_->lane_ranges(l).empty() ? 0 : 1;
-  }
-  const uint64_t consumer = static_cast<uint64_t>(config_.plan.consumer);
-  const uint64_t seed = Mix(Mix(opt_.seed, static_cast<uint64_t>(config_.epoch)), consumer);
-  Prng pick(seed, kInterleaveStream);
-  const bool shuffle = opt_.shuffle_buffer > 1;
-  ShuffleBuffer<LaneItem> buffer(
-      shuffle ? static_cast<size_t>(opt_.shuffle_buffer) : 1,
-      static_cast<size_t>(opt_.shuffle_initial < 0 ? opt_.shuffle_buffer : opt_.shuffle_initial),
-      seed, kShuffleStream);
-  LaneItem item, out;
-  while (!stop_.load()) {
-    int64_t total = 0;
-    for (int64_t w : weight) total += w;
-    if (total == 0) break;
-    uint64_t r = pick.Below(static_cast<uint64_t>(total));
-    int l = 0;
-    while (r >= static_cast<uint64_t>(weight[static_cast<size_t>(l)])) {
-      r -= static_cast<uint64_t>(weight[static_cast<size_t>(l)]);
-      ++l;
-    }
-    const size_t lu = static_cast<size_t>(l);
-    // Pop from lane l until it yields a sample (range ends pass by).
-    while (true) {
-      if (!lanes_->Pop(l, &item)) return Status::Cancelled("loader stopped");
-      if (item.kind == LaneItem::kError) return item.status;
-      if (item.kind == LaneItem::kEnd) {
-        if (++ends_seen[lu] == lanes_->lane_ranges(l).size()) {
-          weight[lu] = 0;
-          break;
-        }
-        continue;
+  if (weight_.empty()) {
+    known_ = config_.plan.num_samples >= 0;
+    // Lane weights: samples left (known counts) or 1 while a lane has ranges.
+    weight_.assign(static_cast<size_t>(nl), 0);
+    ends_seen_.assign(static_cast<size_t>(nl), 0);
+    for (int l = 0; l < nl; ++l) {
+      for (size_t ri : lanes_->lane_ranges(l)) {
+        const LaneRange& r = lanes_->range(ri);
+        weight_[static_cast<size_t>(l)] += known_ ? r.end - r.first : 1;
       }
-      if (known) --weight[lu];
-      if (buffer.Put(&item, &out)) SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
-      // Relaxed: a seq_cst store is a full fence that waits for every store
-      // the batcher just made.
-      counters_->shuffle_fill.store(static_cast<int64_t>(buffer.size()),
-                                    std::memory_order_relaxed);
-      break;
+      if (!known_) weight_[static_cast<size_t>(l)] = lanes_->lane_ranges(l).empty() ? 0 : 1;
     }
+    const uint64_t consumer = static_cast<uint64_t>(config_.plan.consumer);
+    const uint64_t seed = Mix(Mix(opt_.seed, static_cast<uint64_t>(config_.epoch)), consumer);
+    pick_.Seed(seed, kInterleaveStream);
+    const bool shuffle = opt_.shuffle_buffer > 1;
+    buffer_ = std::make_unique<ShuffleBuffer<LaneItem>>(
+        shuffle ? static_cast<size_t>(opt_.shuffle_buffer) : 1,
+        static_cast<size_t>(opt_.shuffle_initial < 0 ? opt_.shuffle_buffer : opt_.shuffle_initial),
+        seed, kShuffleStream);
   }
-  while (!stop_.load() && buffer.Drain(&out)) {
-    SHARDSTREAM_RETURN_IF_ERROR(Process(&out));
-    counters_->shuffle_fill.store(static_cast<int64_t>(buffer.size()), std::memory_order_relaxed);
+  while (!stop_.load() && !draining_) {
+    if (picked_ < 0) {
+      int64_t total = 0;
+      for (int64_t w : weight_) total += w;
+      if (total == 0) {
+        draining_ = true;
+        break;
+      }
+      uint64_t r = pick_.Below(static_cast<uint64_t>(total));
+      int l = 0;
+      while (r >= static_cast<uint64_t>(weight_[static_cast<size_t>(l)])) {
+        r -= static_cast<uint64_t>(weight_[static_cast<size_t>(l)]);
+        ++l;
+      }
+      picked_ = l;
+    }
+    // Take from the drawn lane until it yields a sample (range ends pass by).
+    const size_t lu = static_cast<size_t>(picked_);
+    if (!lanes_->TryPop(picked_, &item_)) {
+      *want = picked_;
+      return Status::OK();
+    }
+    if (item_.kind == LaneItem::kError) return item_.status;
+    if (item_.kind == LaneItem::kEnd) {
+      if (++ends_seen_[lu] == lanes_->lane_ranges(picked_).size()) {
+        weight_[lu] = 0;
+        picked_ = -1;
+      }
+      continue;
+    }
+    if (known_) --weight_[lu];
+    picked_ = -1;
+    if (buffer_->Put(&item_, &out_)) SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));
+    // Relaxed: a seq_cst store is a full fence that waits for every store
+    // the batcher just made.
+    counters_->shuffle_fill.store(static_cast<int64_t>(buffer_->size()), std::memory_order_relaxed);
+  }
+  while (!stop_.load() && buffer_->Drain(&out_)) {
+    SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));
+    counters_->shuffle_fill.store(static_cast<int64_t>(buffer_->size()), std::memory_order_relaxed);
   }
   if (stop_.load()) return Status::Cancelled("loader stopped");
+  *want = -1;
   return batcher_ ? batcher_->Flush(opt_.drop_last) : packer_->Flush();
 }
 

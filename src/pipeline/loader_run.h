@@ -1,5 +1,6 @@
 // One epoch's worth of pipeline threads: the reader lanes and the assembler
-// thread (interleave -> shuffle -> decode -> batch -> prefetch queue).
+// (interleave -> shuffle -> decode -> batch -> prefetch queue), a step the
+// lanes' workers take turns to run (see ShardLanes).
 // Created at the first next() of an epoch, destroyed (stopped and joined) at
 // its end, at set_epoch/restore and with the Loader.
 #ifndef SHARDSTREAM_PIPELINE_LOADER_RUN_H_
@@ -8,12 +9,13 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "pipeline/batcher.h"
+#include "pipeline/prng.h"
 #include "pipeline/shard_lanes.h"
+#include "pipeline/shuffle_buffer.h"
 #include "shardstream/options.h"
 #include "shardstream/prefetch_queue.h"
 #include "shardstream/shard_split.h"
@@ -61,8 +63,11 @@ class LoaderRun {
   bool StarvedOfSlots() const;
 
  private:
-  void Assemble();
-  Status Pipeline();
+  // The assembler's step: returns the lane it waits for, or -1 when done.
+  int Assemble();
+  // Runs the pipeline until a lane it needs is empty (*want = the lane) or
+  // the epoch is complete (*want = -1).
+  Status Advance(int* want);
   Status Process(LaneItem* item);  // after the shuffle: decode and batch
   Status Emit(Batch&& b);
 
@@ -74,8 +79,16 @@ class LoaderRun {
   std::unique_ptr<SampleBatcher> batcher_;
   std::unique_ptr<TokenPacker> packer_;
   std::vector<FieldRef> refs_;
-  std::thread thread_;
   std::atomic<bool> stop_{false};
+  // Assembler state, kept between steps (the step's worker changes).
+  bool known_ = false;
+  bool draining_ = false;
+  int picked_ = -1;  // the lane drawn for the next sample, not yet served
+  std::vector<int64_t> weight_;
+  std::vector<size_t> ends_seen_;
+  Prng pick_;
+  std::unique_ptr<ShuffleBuffer<LaneItem>> buffer_;
+  LaneItem item_, out_;
 };
 
 }  // namespace shardstream::internal

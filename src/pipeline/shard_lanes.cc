@@ -30,12 +30,9 @@ class SharedStream final : public InputStream {
 ShardLanes::ShardLanes(std::vector<LaneRange> ranges, LaneConfig config, LaneCounters* counters)
     : ranges_(std::move(ranges)), config_(std::move(config)), counters_(counters) {
   const int nlanes = std::max(1, config_.lanes);
-  const int nthreads = std::max(1, std::min(config_.threads, nlanes));
-  for (int g = 0; g < nthreads; ++g) groups_.push_back(std::make_unique<Group>());
+  nthreads_ = std::max(1, std::min(config_.threads, nlanes));
   for (int l = 0; l < nlanes; ++l) {
     auto lane = std::make_unique<Lane>();
-    lane->group = groups_[static_cast<size_t>(l % nthreads)].get();
-    lane->group->lanes.push_back(lane.get());
     lane->ring.resize(std::max<size_t>(config_.ring, 1));
     lane->taken.resize(TakeBatch(lane->ring.size()));
     lanes_.push_back(std::move(lane));
@@ -59,47 +56,37 @@ ShardLanes::~ShardLanes() { Stop(); }
 void ShardLanes::Start() {
   if (started_) return;
   started_ = true;
-  for (auto& g : groups_) g->thread = std::thread([this, p = g.get()] { Run(p); });
+  for (int t = 0; t < nthreads_; ++t) threads_.emplace_back([this] { Run(); });
 }
 
 void ShardLanes::Stop() {
   Cancel();
-  for (auto& g : groups_)
-    if (g->thread.joinable()) g->thread.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  // Lanes a thread left mid-range (stopped) still hold their readers.
+  for (auto& lane : lanes_) CloseReader(lane.get());
 }
 
 void ShardLanes::Cancel() {
   stop_.store(true);
-  for (auto& g : groups_) {
-    {
-      std::lock_guard<std::mutex> lock(g->mu);
-      for (Lane* lane : g->lanes)
-        if (lane->cached != nullptr) lane->cached->Cancel();  // a read blocked on a download
-    }
-    g->space.notify_all();
-    g->data.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& lane : lanes_)
+      if (lane->cached != nullptr) lane->cached->Cancel();  // a read blocked on a download
   }
+  space_.notify_all();
 }
 
-bool ShardLanes::Pop(int l, LaneItem* out) {
+bool ShardLanes::TryPop(int l, LaneItem* out) {
   Lane* lane = lanes_[static_cast<size_t>(l)].get();
-  if (stop_.load()) return false;
   if (lane->taken_pos == lane->taken_count) {
     // Take a batch of items under one lock: one lock round trip (and one
     // contended cache line) per batch instead of per sample. Order is kept:
     // the batch is the lane's next items, served before anything else of
     // this lane.
-    Group* g = lane->group;
     bool wake;
     {
-      std::unique_lock<std::mutex> lock(g->mu);
-      if (lane->count == 0) {
-        const auto t0 = std::chrono::steady_clock::now();
-        ++g->consumers_waiting;
-        g->data.wait(lock, [&] { return stop_.load() || lane->count > 0; });
-        --g->consumers_waiting;
-        AddWaitSince(&counters_->consumer_wait_ns, t0);
-      }
+      std::lock_guard<std::mutex> lock(mu_);
       if (lane->count == 0) return false;
       const bool wanted = WantsMore(*lane);
       const size_t k = std::min(lane->count, lane->taken.size());
@@ -114,11 +101,11 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
       lane->count -= k;
       lane->taken_pos = 0;
       lane->taken_count = k;
-      // Wake the reader only when the ring drops below three quarters, so
-      // it refills in a burst instead of one context switch per sample.
+      // Wake a worker only when the ring drops below three quarters, so it
+      // refills in a burst instead of one context switch per sample.
       wake = !wanted && WantsMore(*lane);
     }
-    if (wake) g->space.notify_one();
+    if (wake) space_.notify_one();
   }
   LaneItem& item = lane->taken[lane->taken_pos++];
   using std::swap;
@@ -126,70 +113,99 @@ bool ShardLanes::Pop(int l, LaneItem* out) {
   return true;
 }
 
-void ShardLanes::Run(Group* g) {
-  pthread_setname_np(pthread_self(), "ss-reader");
-  while (!stop_.load()) {
-    bool produced = false;
-    for (Lane* lane : g->lanes) {
-      size_t slot, free;
-      {
-        std::lock_guard<std::mutex> lock(g->mu);
-        if (stop_.load()) return;
-        if (lane->finished || lane->count == lane->ring.size() || lane->bytes >= config_.ring_bytes)
-          continue;
-        slot = (lane->head + lane->count) % lane->ring.size();
-        free = lane->ring.size() - lane->count;
-      }
-      // Fill the free slots (they are ours until published), publishing in
-      // small bursts: fewer lock round trips, little added latency.
-      const size_t burst = std::min<size_t>(free, 8);
-      size_t made = 0;
-      uint64_t made_bytes = 0;
-      bool done = false;
-      while (made < burst && !done) {
-        Produce(lane, &lane->ring[slot]);
-        made_bytes += lane->ring[slot].bytes;
-        slot = (slot + 1) % lane->ring.size();
-        ++made;
-        // Only this thread writes `finished` (under the lock, for the
-        // waiting predicate); reading it here needs no lock.
-        done = lane->finished;
-      }
-      bool waiting;
-      {
-        std::lock_guard<std::mutex> lock(g->mu);
-        lane->count += made;
-        lane->bytes += made_bytes;
-        waiting = g->consumers_waiting > 0;
-      }
-      // A futex wake per burst costs the reader more than the burst's
-      // parsing when nobody waits: only when the consumer sleeps.
-      if (waiting) g->data.notify_all();
-      // Byte counters once per burst: an atomic add per sample is a cache
-      // line bouncing between the reader threads.
-      FlushCount(lane);
-      produced = true;
-    }
-    if (!produced) {
-      std::unique_lock<std::mutex> lock(g->mu);
-      // Sleep until a lane wants more (Pop wakes us then).
-      auto work = [&] {
-        if (stop_.load()) return true;
-        bool any_left = false;
-        for (Lane* lane : g->lanes) {
-          if (lane->finished) continue;
-          any_left = true;
-          if (WantsMore(*lane)) return true;
-        }
-        return !any_left;
-      };
-      g->space.wait(lock, work);
-      bool all_done = true;
-      for (Lane* lane : g->lanes) all_done = all_done && lane->finished;
-      if (all_done) break;
+ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {
+  // The emptiest lane (by the fuller of its two limits) no thread is
+  // filling: the one the consumer is about to wait on, if any. The lane
+  // the consumer waits for comes first.
+  if (consumer_lane_ >= 0) {
+    Lane* want = lanes_[static_cast<size_t>(consumer_lane_)].get();
+    if (!want->busy && !want->finished && want->count == 0 && HasRoom(*want)) return want;
+  }
+  Lane* best = nullptr;
+  double best_fill = 2;
+  for (auto& p : lanes_) {
+    Lane* lane = p.get();
+    if (lane->busy || lane->finished || !HasRoom(*lane)) continue;
+    if (wanting_only && !WantsMore(*lane)) continue;
+    const double fill = std::max(static_cast<double>(lane->count) / static_cast<double>(lane->ring.size()),
+                                 static_cast<double>(lane->bytes) / static_cast<double>(config_.ring_bytes));
+    if (fill < best_fill) {
+      best = lane;
+      best_fill = fill;
     }
   }
-  for (Lane* lane : g->lanes) CloseReader(lane);
+  return best;
+}
+
+void ShardLanes::Run() {
+  pthread_setname_np(pthread_self(), "ss-worker");
+  std::unique_lock<std::mutex> lock(mu_);
+  // After a burst a worker goes on with any lane that has room; once none
+  // has, it sleeps until one drops below three quarters (TryPop wakes it),
+  // so refills come in bursts rather than a wake per sample.
+  bool after_burst = false;
+  while (!stop_.load() && !consumer_done_) {
+    if (ConsumerRunnable()) {
+      consumer_busy_ = true;
+      if (consumer_lane_ >= 0) AddWaitSince(&counters_->consumer_wait_ns, consumer_waiting_since_);
+      lock.unlock();
+      const int want = config_.consume();
+      lock.lock();
+      consumer_busy_ = false;
+      consumer_lane_ = want;
+      consumer_waiting_since_ = std::chrono::steady_clock::now();
+      if (want < 0) {
+        consumer_done_ = true;
+        space_.notify_all();  // the others leave too
+      }
+      continue;
+    }
+    Lane* lane = PickLane(/*wanting_only=*/!after_burst);
+    if (lane == nullptr) {
+      if (after_burst) {
+        after_burst = false;
+        continue;
+      }
+      if (!config_.consume) {
+        bool any_left = false;
+        for (auto& p : lanes_) any_left = any_left || !p->finished;
+        if (!any_left) break;
+      }
+      space_.wait(lock);
+      continue;
+    }
+    lane->busy = true;
+    size_t slot = (lane->head + lane->count) % lane->ring.size();
+    const size_t free = lane->ring.size() - lane->count;
+    lock.unlock();
+    // Fill the free slots (they are ours until published), publishing in
+    // small bursts: fewer lock round trips, little added latency.
+    const size_t burst = std::min<size_t>(free, 8);
+    size_t made = 0;
+    uint64_t made_bytes = 0;
+    bool done = false;
+    while (made < burst && !done) {
+      Produce(lane, &lane->ring[slot]);
+      made_bytes += lane->ring[slot].bytes;
+      slot = (slot + 1) % lane->ring.size();
+      ++made;
+      // Only the worker holding `busy` writes `finished` (under the lock,
+      // for the other workers' predicates); reading it here needs no lock.
+      done = lane->finished;
+    }
+    // Byte counters once per burst: an atomic add per sample is a cache
+    // line bouncing between the workers.
+    FlushCount(lane);
+    lock.lock();
+    lane->count += made;
+    lane->bytes += made_bytes;
+    lane->busy = false;
+    after_burst = true;
+    // Nobody needs waking for the consumer: this worker checks the role
+    // first on its next turn. Without a consumer, sleepers recheck whether
+    // anything is left.
+    if (done && !config_.consume) space_.notify_all();
+  }
 }
 
 void ShardLanes::FlushCount(Lane* lane) {
@@ -207,7 +223,7 @@ void ShardLanes::CloseReader(Lane* lane) {
   counters_->skipped_samples += st.skipped_samples;
   counters_->skipped_shards += st.skipped_shards;
   {
-    std::lock_guard<std::mutex> lock(lane->group->mu);
+    std::lock_guard<std::mutex> lock(mu_);
     lane->cached = nullptr;
   }
   lane->reader.reset();
@@ -240,7 +256,7 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
     if ((*stream)->hit()) ++counters_->cache_hits;
     std::shared_ptr<CachedShard> shared(std::move(*stream));
     {
-      std::lock_guard<std::mutex> lock(lane->group->mu);
+      std::lock_guard<std::mutex> lock(mu_);
       lane->cached = shared;
       if (stop_.load()) shared->Cancel();  // Cancel() ran before the lane knew the stream
     }
@@ -277,7 +293,7 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
     CloseReader(lane);
     item->kind = LaneItem::kEnd;
     if (++lane->next_range == lane->ranges.size()) {
-      std::lock_guard<std::mutex> lock(lane->group->mu);
+      std::lock_guard<std::mutex> lock(mu_);
       lane->finished = true;
     }
   };
@@ -285,7 +301,7 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
     CloseReader(lane);
     item->kind = LaneItem::kError;
     item->status = std::move(s);
-    std::lock_guard<std::mutex> lock(lane->group->mu);
+    std::lock_guard<std::mutex> lock(mu_);
     lane->finished = true;
   };
   if (!lane->reader) {

@@ -1,19 +1,27 @@
-// ShardLanes: the reader side of the pipeline. The consumer's ranges are
-// dealt to `lanes` lanes (range j to lane j % lanes); each lane reads its
-// ranges one after another into a bounded ring of samples, and reader
-// threads serve the lanes (lane l on thread l % threads). The consumer pops
-// from whichever lane it chooses, so the order of samples it sees is its own
-// choice, independent of how fast each thread reads.
+// ShardLanes: the reader side of the pipeline and the threads that run the
+// whole pipeline. The consumer's ranges are dealt to `lanes` lanes (range j
+// to lane j % lanes); each lane reads its ranges one after another into a
+// bounded ring of samples. The consumer takes from whichever lane it
+// chooses, so the order of samples it sees is its own choice, independent
+// of how fast anything reads.
+//
+// The consumer (the assembler) is a role, not a thread: a worker thread
+// runs it whenever the lane it waits for has an item and nobody runs it
+// yet, and otherwise fills the emptiest lane no other worker is filling.
+// With as many workers as cores, nothing sleeps while there is work, and
+// the assembler and the readers hand over without waking each other.
 //
 // Ring items are swapped in and out, so sample storage is recycled and the
 // steady state allocates nothing here.
 //
-// Thread-safety: Pop() from one consumer thread; Stop() from any thread.
+// Thread-safety: TryPop() only from the consumer step; Stop()/Cancel() from
+// any thread.
 #ifndef SHARDSTREAM_PIPELINE_SHARD_LANES_H_
 #define SHARDSTREAM_PIPELINE_SHARD_LANES_H_
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -75,6 +83,10 @@ struct LaneConfig {
   // thread on each sample item before it is published (pure: it may read the
   // sample and fill the item's decoded fields, nothing else).
   std::function<void(LaneItem*)> prepare;
+  // The consumer step, run by one worker at a time: takes items with
+  // TryPop() and returns the lane it found empty (it is called again once
+  // that lane has an item), or -1 when it is done for good.
+  std::function<int()> consume;
 };
 
 struct LaneCounters {
@@ -82,7 +94,7 @@ struct LaneCounters {
   std::atomic<uint64_t> bytes_cache{0};
   std::atomic<uint64_t> cache_hits{0}, cache_opens{0};
   std::atomic<uint64_t> skipped_samples{0}, skipped_shards{0};
-  std::atomic<uint64_t> consumer_wait_ns{0};  // Pop() blocked on an empty lane
+  std::atomic<uint64_t> consumer_wait_ns{0};  // the consumer waited for an empty lane
 };
 
 class ShardLanes {
@@ -96,51 +108,55 @@ class ShardLanes {
   const LaneRange& range(size_t i) const { return ranges_[i]; }
 
   void Start();
-  // Waits for lane l's next item and swaps it into *out. Returns false after
-  // Stop(). Items leave the ring in batches of TakeBatch(ring) (one lock per
+  // Swaps lane l's next item into *out, or returns false when it has none
+  // yet. Items leave the ring in batches of TakeBatch(ring) (one lock per
   // batch), so a lane holds up to ring + TakeBatch(ring) samples.
   static size_t TakeBatch(size_t ring) { return std::max<size_t>(1, std::min<size_t>(16, ring / 4)); }
-  bool Pop(int l, LaneItem* out);
-  // Stops and joins the reader threads; idempotent.
+  bool TryPop(int l, LaneItem* out);
+  // Stops and joins the worker threads; idempotent.
   void Stop();
-  // Wakes every reader and Pop without joining; safe from any thread.
+  // Wakes every worker without joining; safe from any thread.
   void Cancel();
 
  private:
-  struct Group;
   struct Lane {
-    Group* group = nullptr;
     std::vector<size_t> ranges;
     std::vector<LaneItem> ring;
-    size_t head = 0, count = 0;   // guarded by group->mu
-    uint64_t bytes = 0;           // of the `count` samples; guarded by group->mu
+    size_t head = 0, count = 0;   // guarded by mu_
+    uint64_t bytes = 0;           // of the `count` samples; guarded by mu_
+    // A reader thread owns the lane's reader state (below) while it fills
+    // it; the lock that clears `busy` hands the state to the next one.
+    bool busy = false;            // guarded by mu_
     // Consumer side: items already taken from the ring, not yet popped.
     std::vector<LaneItem> taken;
     size_t taken_pos = 0, taken_count = 0;
-    bool finished = false;        // reader side: nothing more to produce
-    // Reader-thread state.
+    bool finished = false;        // reader side: nothing more to produce; written under mu_
+    // Reader state, used by the thread that holds `busy`.
     size_t next_range = 0;
     int64_t read = 0;
     uint64_t unpublished_bytes = 0;  // read since the last burst, not yet counted
     std::unique_ptr<TarReader> reader;
     // Shared with the reader's stream so Cancel() can reach a read blocked
-    // in TarReader::Open as safely as one blocked later. Guarded by group->mu.
+    // in TarReader::Open as safely as one blocked later. Guarded by mu_.
     std::shared_ptr<CachedShard> cached;
-  };
-  struct Group {
-    std::mutex mu;
-    std::condition_variable space, data;
-    int consumers_waiting = 0;  // in Pop, on `data`; guarded by mu
-    std::vector<Lane*> lanes;
-    std::thread thread;
   };
 
   // Whether the reader should refill the lane: below three quarters of
-  // both limits (hysteresis: refills come in bursts). Under group->mu.
+  // both limits (hysteresis: refills come in bursts). Under mu_.
   bool WantsMore(const Lane& lane) const {
     return lane.count <= lane.ring.size() * 3 / 4 && lane.bytes <= config_.ring_bytes * 3 / 4;
   }
-  void Run(Group* g);
+  bool HasRoom(const Lane& lane) const {
+    return lane.count < lane.ring.size() && lane.bytes < config_.ring_bytes;
+  }
+  // The lane a free worker should fill next, or nullptr. Under mu_.
+  Lane* PickLane(bool wanting_only);
+  // Whether a worker may run the consumer step now. Under mu_.
+  bool ConsumerRunnable() const {
+    return config_.consume && !consumer_busy_ && !consumer_done_ &&
+           (consumer_lane_ < 0 || lanes_[static_cast<size_t>(consumer_lane_)]->count > 0);
+  }
+  void Run();
   void Produce(Lane* lane, LaneItem* item);
   Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);
   void CloseReader(Lane* lane);
@@ -152,7 +168,14 @@ class ShardLanes {
   LaneConfig config_;
   LaneCounters* counters_;
   std::vector<std::unique_ptr<Lane>> lanes_;
-  std::vector<std::unique_ptr<Group>> groups_;
+  std::mutex mu_;
+  std::condition_variable space_;  // workers with nothing to do wait here
+  // The consumer role; guarded by mu_.
+  bool consumer_busy_ = false, consumer_done_ = false;
+  int consumer_lane_ = -1;  // the lane it waits for
+  std::chrono::steady_clock::time_point consumer_waiting_since_;
+  std::vector<std::thread> threads_;
+  int nthreads_ = 1;
   std::atomic<bool> stop_{false};
   bool started_ = false;
 };

@@ -75,7 +75,6 @@ Status TokenPacker::Init() {
   // A row holds at most seq_len documents; 8 per row covers typical packing,
   // more spills the batch's sample list to the heap.
   int64_t max_docs = batch_size_ * std::min<int64_t>(opt_.seq_len, 8) + 1;
-  ops_.reserve(static_cast<size_t>(max_docs) + static_cast<size_t>(batch_size_));
   return slots_.Init(BatchLayout::Make(std::move(cols), batch_size_, max_docs,
                                        slots_.arena_bytes()));
 }
@@ -140,36 +139,12 @@ void TokenPacker::Apply(const CopyOp& op) {
   }
 }
 
-void TokenPacker::RunPart(void* self, int part) {
-  auto* p = static_cast<TokenPacker*>(self);
-  const size_t begin = part == 0 ? 0 : p->split_;
-  const size_t end = part == 0 ? p->split_ : p->ops_.size();
-  for (size_t i = begin; i < end; ++i) p->Apply(p->ops_[i]);
-}
-
-Status TokenPacker::EmitBatch() {
-  if (!ops_.empty()) {
-    // Split at half the tokens: both threads write about as many bytes.
-    int64_t total = 0;
-    for (const CopyOp& op : ops_) total += op.k;
-    int64_t acc = 0;
-    split_ = 0;
-    while (split_ < ops_.size() && 2 * acc < total) acc += ops_[split_++].k;
-    if (!fork_) fork_ = std::make_unique<ForkJoin>();
-    fork_->Run(&TokenPacker::RunPart, this);
-    ops_.clear();  // keeps the capacity; drops the owners
-  }
-  return slots_.EmitBatch();
-}
-
-Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip,
-                        const std::shared_ptr<const void>* owner) {
+Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip) {
   FieldContext ctx{row.key, opt_.field, row.url, row.offset};
   if (!tokens.is_tensor || tokens.ndim != 1 || !IsInteger(tokens.dtype))
     return FieldError(ctx, 0, "token field is not a 1-D integer array");
   if (!slots_.ready()) SHARDSTREAM_RETURN_IF_ERROR(Init());
   const bool pack = opt_.layout == TokenLayout::kPack;
-  const bool defer = parallel_ && owner != nullptr;
   const int64_t n = tokens.shape[0];
   const int64_t total = n + (pack && opt_.eod_token >= 0 ? 1 : 0);
   const int64_t L = opt_.seq_len;
@@ -194,12 +169,7 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
     op.doc = doc_in_row_;
     op.dtype = tokens.dtype;
     const int64_t k = op.k;
-    if (defer) {
-      op.owner = *owner;
-      ops_.push_back(std::move(op));
-    } else {
-      Apply(op);
-    }
+    Apply(op);
     done += k;
     col_ += k;
     if (done == total) {
@@ -211,7 +181,7 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
       if (row_ == batch_size_) {
         if (done < total) w.set_carry(row.id, done);
         row_ = 0;
-        SHARDSTREAM_RETURN_IF_ERROR(EmitBatch());
+        SHARDSTREAM_RETURN_IF_ERROR(slots_.EmitBatch());
       }
     } else {
       w.set_rows(row_ + 1);
@@ -224,7 +194,7 @@ Status TokenPacker::Flush() {
   if (!slots_.ready() || !slots_.writer().active()) return Status::OK();
   if (col_ > 0) SHARDSTREAM_RETURN_IF_ERROR(EndRow());
   row_ = 0;
-  return EmitBatch();
+  return slots_.EmitBatch();
 }
 
 }  // namespace shardstream::internal

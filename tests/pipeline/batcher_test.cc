@@ -101,12 +101,10 @@ std::vector<std::vector<int32_t>> Docs(int n, uint64_t seed) {
   return docs;
 }
 
-// parallel: the packer defers its copies to the end of each batch and
-// splits them over two threads; each document's tokens then live only in a
-// buffer the packer keeps through `owner` (ASan sees a copy that outlives it).
+// Each document's tokens live in a buffer freed right after Add (ASan sees
+// a packer that reads them later).
 void RunPacker(TokenLayout layout, std::vector<Batch>* out,
-               const std::vector<std::vector<int32_t>>& docs, bool metadata = true,
-               bool parallel = false) {
+               const std::vector<std::vector<int32_t>>& docs, bool metadata = true) {
   TokenOptions o;
   o.document_metadata = metadata;
   o.field = "tokens.npy";
@@ -118,7 +116,6 @@ void RunPacker(TokenLayout layout, std::vector<Batch>* out,
     out->push_back(std::move(b));
     return Status::OK();
   });
-  p.set_parallel(parallel);
   std::vector<std::string> keys;
   for (size_t d = 0; d < docs.size(); ++d) keys.push_back("doc" + std::to_string(d));
   for (size_t d = 0; d < docs.size(); ++d) {
@@ -130,8 +127,7 @@ void RunPacker(TokenLayout layout, std::vector<Batch>* out,
     f.shape[0] = static_cast<int64_t>(own->size());
     f.data = std::string_view(reinterpret_cast<const char*>(own->data()), own->size() * 4);
     RowInput row{SampleId{0, static_cast<int64_t>(d)}, keys[d], "u", 0, nullptr};
-    std::shared_ptr<const void> owner = std::move(own);
-    ASSERT_TRUE(p.Add(row, f, 0, parallel ? &owner : nullptr).ok());
+    ASSERT_TRUE(p.Add(row, f, 0).ok());
   }
   ASSERT_TRUE(p.Flush().ok());
 }
@@ -231,38 +227,6 @@ TEST(TokenPackerTest, TokensOnlyWithoutDocumentMetadata) {
     ASSERT_EQ(a.nbytes, b.nbytes);
     EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0);
     EXPECT_EQ(with[i].num_samples(), without[i].num_samples());
-  }
-}
-
-// The parallel copies write the same bytes as the serial ones, in every
-// layout, and list the same samples and carries.
-TEST(TokenPackerTest, ParallelCopiesWriteTheSameBatches) {
-  auto docs = Docs(120, 5);  // under 64 batches: the test pool's slots
-  docs.push_back(std::vector<int32_t>(100, 9));  // longer than a whole batch (4 x 16)
-  for (TokenLayout layout : {TokenLayout::kPack, TokenLayout::kPad}) {
-    for (bool metadata : {true, false}) {
-      std::vector<Batch> serial, parallel;
-      RunPacker(layout, &serial, docs, metadata, false);
-      RunPacker(layout, &parallel, docs, metadata, true);
-      ASSERT_EQ(serial.size(), parallel.size());
-      ASSERT_GT(serial.size(), 10u);
-      for (size_t i = 0; i < serial.size(); ++i) {
-        ASSERT_EQ(serial[i].num_tensors(), parallel[i].num_tensors());
-        ASSERT_EQ(serial[i].rows(), parallel[i].rows());
-        for (size_t t = 0; t < serial[i].num_tensors(); ++t) {
-          TensorView a = serial[i].tensor(t), b = parallel[i].tensor(t);
-          ASSERT_EQ(a.nbytes, b.nbytes);
-          EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0) << "batch " << i << " tensor " << t;
-        }
-        ASSERT_EQ(serial[i].num_samples(), parallel[i].num_samples());
-        for (int64_t k = 0; k < serial[i].num_samples(); ++k)
-          EXPECT_EQ(serial[i].sample(k).index, parallel[i].sample(k).index);
-        SampleId ia, ib;
-        int64_t da = -1, db = -1;
-        EXPECT_EQ(serial[i].continued(&ia, &da), parallel[i].continued(&ib, &db));
-        EXPECT_EQ(da, db);
-      }
-    }
   }
 }
 
