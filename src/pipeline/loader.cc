@@ -28,12 +28,30 @@ class Loader::Impl {
   int64_t epoch = 0;
   ConsumerPlan plan;
   std::unique_ptr<DeliveryTracker> tracker;
-  // Delivered samples not yet given to the tracker. Sorting a large window
-  // before marking lets the tracker's per-range prefixes absorb nearly all
-  // of them, instead of one out-of-order set node per shuffled sample; the
-  // window is allocated once, so next() allocates nothing.
+  // Delivered samples not yet given to the tracker, as runs of consecutive
+  // samples of a shard: without a shuffle buffer each lane extends its own
+  // run, so a batch costs a few comparisons per sample and no sort. Sorting
+  // a large window before marking lets the tracker's per-range prefixes
+  // absorb nearly all shuffled samples too, instead of one out-of-order set
+  // node each; the window is allocated once, so next() allocates nothing.
+  struct Run {
+    int64_t shard, first, end;
+  };
   static constexpr size_t kPendingDeliveries = 1 << 16;
-  std::vector<SampleId> pending;
+  std::vector<Run> pending;
+  void AddDelivered(const SampleId& id) {
+    // The runs the lanes are extending are among the last few.
+    const size_t n = pending.size();
+    for (size_t i = n; i > 0 && i + 8 > n; --i) {
+      Run& r = pending[i - 1];
+      if (r.shard == id.shard && r.end == id.index) {
+        ++r.end;
+        return;
+      }
+    }
+    if (n == kPendingDeliveries) FlushDeliveries();
+    pending.push_back(Run{id.shard, id.index, id.index + 1});
+  }
   // Token batches: partly delivered documents from a restore, and the one
   // the last returned batch left unfinished.
   std::map<std::pair<int64_t, int64_t>, int64_t> partial;
@@ -73,16 +91,15 @@ class Loader::Impl {
 };
 
 void Loader::Impl::FlushDeliveries() {
-  std::sort(pending.begin(), pending.end(), [](const SampleId& a, const SampleId& b) {
-    return a.shard != b.shard ? a.shard < b.shard : a.index < b.index;
+  std::sort(pending.begin(), pending.end(), [](const Run& a, const Run& b) {
+    return a.shard != b.shard ? a.shard < b.shard : a.first < b.first;
   });
   for (size_t i = 0; i < pending.size();) {
+    int64_t end = pending[i].end;
     size_t j = i + 1;
-    while (j < pending.size() && pending[j].shard == pending[i].shard &&
-           pending[j].index == pending[j - 1].index + 1)
-      ++j;
-    Status s = tracker->MarkDelivered(pending[i].shard, pending[i].index,
-                                      pending[i].index + static_cast<int64_t>(j - i));
+    while (j < pending.size() && pending[j].shard == pending[i].shard && pending[j].first == end)
+      end = pending[j++].end;
+    Status s = tracker->MarkDelivered(pending[i].shard, pending[i].first, end);
     if (!s.ok() && !warned_untracked) {
       warned_untracked = true;
       internal::Log().warn("loader: delivery not tracked: {}", s.ToString());
@@ -117,8 +134,7 @@ Status Loader::Impl::Deliver(const Batch& b) {
   if (plan.num_samples < 0) return Status::OK();  // unknown counts: nothing to track
   for (int64_t i = 0; i < b.num_samples(); ++i) {
     SampleId id = b.sample(i);
-    if (pending.size() == kPendingDeliveries) FlushDeliveries();
-    pending.push_back(id);
+    AddDelivered(id);
     if (!partial.empty()) partial.erase({id.shard, id.index});
   }
   SampleId id;
