@@ -76,10 +76,11 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
       spec.decode = FieldDecode::kRaw;
       spec.dtype = opt_.tokens.input_dtype;
       spec.shape = {-1};
+    } else {
+      spec.decode = FieldDecode::kNpy;  // decided once, not per sample
     }
     // Decoding the token field (parsing its .npy header) costs as much as
-    // placing the tokens: the readers do it, in parallel, ahead of the
-    // assembler's single thread.
+    // placing the tokens: the readers do it, ahead of the assembler.
     // Process() relies on it: every sample item reaches it decoded.
     lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
   }
@@ -207,9 +208,9 @@ Status LoaderRun::Advance(int* want) {
     const uint64_t consumer = static_cast<uint64_t>(config_.plan.consumer);
     const uint64_t seed = Mix(Mix(opt_.seed, static_cast<uint64_t>(config_.epoch)), consumer);
     pick_.Seed(seed, kInterleaveStream);
-    const bool shuffle = opt_.shuffle_buffer > 1;
+    shuffle_ = opt_.shuffle_buffer > 1;
     buffer_ = std::make_unique<ShuffleBuffer<LaneItem>>(
-        shuffle ? static_cast<size_t>(opt_.shuffle_buffer) : 1,
+        shuffle_ ? static_cast<size_t>(opt_.shuffle_buffer) : 1,
         static_cast<size_t>(opt_.shuffle_initial < 0 ? opt_.shuffle_buffer : opt_.shuffle_initial),
         seed, kShuffleStream);
   }
@@ -231,12 +232,13 @@ Status LoaderRun::Advance(int* want) {
     }
     // Take from the drawn lane until it yields a sample (range ends pass by).
     const size_t lu = static_cast<size_t>(picked_);
-    if (!lanes_->TryPop(picked_, &item_)) {
+    LaneItem* item = lanes_->TryPop(picked_);
+    if (item == nullptr) {
       *want = picked_;
       return Status::OK();
     }
-    if (item_.kind == LaneItem::kError) return item_.status;
-    if (item_.kind == LaneItem::kEnd) {
+    if (item->kind == LaneItem::kError) return item->status;
+    if (item->kind == LaneItem::kEnd) {
       if (++ends_seen_[lu] == lanes_->lane_ranges(picked_).size()) {
         weight_[lu] = 0;
         picked_ = -1;
@@ -245,7 +247,11 @@ Status LoaderRun::Advance(int* want) {
     }
     if (known_) --weight_[lu];
     picked_ = -1;
-    if (buffer_->Put(&item_, &out_)) SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));
+    if (!shuffle_) {
+      SHARDSTREAM_RETURN_IF_ERROR(Process(item));  // in place: no swaps
+    } else if (buffer_->Put(item, &out_)) {
+      SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));
+    }
     // Relaxed: a seq_cst store is a full fence that waits for every store
     // the batcher just made.
     counters_->shuffle_fill.store(static_cast<int64_t>(buffer_->size()), std::memory_order_relaxed);

@@ -88,7 +88,8 @@ class LoaderRun {
   std::vector<size_t> ends_seen_;
   Prng pick_;
   std::unique_ptr<ShuffleBuffer<LaneItem>> buffer_;
-  LaneItem item_, out_;
+  bool shuffle_ = false;
+  LaneItem out_;  // what the shuffle buffer lets out
 };
 
 }  // namespace shardstream::internal

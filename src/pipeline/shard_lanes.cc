@@ -77,7 +77,7 @@ void ShardLanes::Cancel() {
   space_.notify_all();
 }
 
-bool ShardLanes::TryPop(int l, LaneItem* out) {
+LaneItem* ShardLanes::TryPop(int l) {
   Lane* lane = lanes_[static_cast<size_t>(l)].get();
   if (lane->taken_pos == lane->taken_count) {
     // Take a batch of items under one lock: one lock round trip (and one
@@ -87,7 +87,7 @@ bool ShardLanes::TryPop(int l, LaneItem* out) {
     bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (lane->count == 0) return false;
+      if (lane->count == 0) return nullptr;
       const bool wanted = WantsMore(*lane);
       const size_t k = std::min(lane->count, lane->taken.size());
       for (size_t i = 0; i < k; ++i) {
@@ -107,10 +107,7 @@ bool ShardLanes::TryPop(int l, LaneItem* out) {
     }
     if (wake) space_.notify_one();
   }
-  LaneItem& item = lane->taken[lane->taken_pos++];
-  using std::swap;
-  swap(item, *out);
-  return true;
+  return &lane->taken[lane->taken_pos++];
 }
 
 ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {

@@ -108,11 +108,12 @@ class ShardLanes {
   const LaneRange& range(size_t i) const { return ranges_[i]; }
 
   void Start();
-  // Swaps lane l's next item into *out, or returns false when it has none
-  // yet. Items leave the ring in batches of TakeBatch(ring) (one lock per
+  // Lane l's next item, or nullptr when it has none yet. The item is the
+  // consumer's until its next TryPop(l): it may read it or swap it out.
+  // Items leave the ring in batches of TakeBatch(ring) (one lock per
   // batch), so a lane holds up to ring + TakeBatch(ring) samples.
   static size_t TakeBatch(size_t ring) { return std::max<size_t>(1, std::min<size_t>(16, ring / 4)); }
-  bool TryPop(int l, LaneItem* out);
+  LaneItem* TryPop(int l);
   // Stops and joins the worker threads; idempotent.
   void Stop();
   // Wakes every worker without joining; safe from any thread.
