@@ -33,6 +33,7 @@ ShardLanes::ShardLanes(std::vector<LaneRange> ranges, LaneConfig config, LaneCou
   nthreads_ = std::max(1, std::min(config_.threads, nlanes));
   for (int l = 0; l < nlanes; ++l) {
     auto lane = std::make_unique<Lane>();
+    lane->index = l;
     lane->ring.resize(std::max<size_t>(config_.ring, 1));
     lane->taken.resize(TakeBatch(lane->ring.size()));
     lanes_.push_back(std::move(lane));
@@ -144,12 +145,14 @@ void ShardLanes::Run() {
   while (!stop_.load() && !consumer_done_) {
     if (ConsumerRunnable()) {
       consumer_busy_ = true;
+      waiting_for_.store(-1, std::memory_order_relaxed);
       if (consumer_lane_ >= 0) AddWaitSince(&counters_->consumer_wait_ns, consumer_waiting_since_);
       lock.unlock();
       const int want = config_.consume();
       lock.lock();
       consumer_busy_ = false;
       consumer_lane_ = want;
+      waiting_for_.store(want, std::memory_order_relaxed);
       consumer_waiting_since_ = std::chrono::steady_clock::now();
       if (want < 0) {
         consumer_done_ = true;
@@ -174,10 +177,14 @@ void ShardLanes::Run() {
     lane->busy = true;
     size_t slot = (lane->head + lane->count) % lane->ring.size();
     const size_t free = lane->ring.size() - lane->count;
+    const uint64_t bytes = lane->bytes;
     lock.unlock();
     // Fill the free slots (they are ours until published), publishing in
-    // small bursts: fewer lock round trips, little added latency.
-    const size_t burst = std::min<size_t>(free, 8);
+    // bursts: a quarter of the ring (what the hysteresis frees) keeps the
+    // lane's read chunk in this core's cache across many samples, and costs
+    // one lock round trip. While the consumer waits for this lane, a burst
+    // is a few samples; never more bytes than the ring's limit.
+    const size_t burst = std::min(free, std::max<size_t>(8, lane->ring.size() / 4));
     size_t made = 0;
     uint64_t made_bytes = 0;
     bool done = false;
@@ -189,6 +196,9 @@ void ShardLanes::Run() {
       // Only the worker holding `busy` writes `finished` (under the lock,
       // for the other workers' predicates); reading it here needs no lock.
       done = lane->finished;
+      if (bytes + made_bytes >= config_.ring_bytes ||
+          (made >= 8 && waiting_for_.load(std::memory_order_relaxed) == lane->index))
+        break;
     }
     // Byte counters once per burst: an atomic add per sample is a cache
     // line bouncing between the workers.

@@ -121,6 +121,7 @@ class ShardLanes {
 
  private:
   struct Lane {
+    int index = 0;
     std::vector<size_t> ranges;
     std::vector<LaneItem> ring;
     size_t head = 0, count = 0;   // guarded by mu_
@@ -174,6 +175,9 @@ class ShardLanes {
   // The consumer role; guarded by mu_.
   bool consumer_busy_ = false, consumer_done_ = false;
   int consumer_lane_ = -1;  // the lane it waits for
+  // consumer_lane_ while the consumer waits (-1 while it runs), for workers
+  // to read without the lock: a hint to publish sooner.
+  std::atomic<int> waiting_for_{-1};
   std::chrono::steady_clock::time_point consumer_waiting_since_;
   std::vector<std::thread> threads_;
   int nthreads_ = 1;
