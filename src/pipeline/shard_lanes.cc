@@ -142,8 +142,9 @@ void ShardLanes::Run() {
   // has, it sleeps until one drops below three quarters (TryPop wakes it),
   // so refills come in bursts rather than a wake per sample.
   bool after_burst = false;
+  bool handed_off = false;  // this worker just woke another for the consumer
   while (!stop_.load() && !consumer_done_) {
-    if (ConsumerRunnable()) {
+    if (!handed_off && ConsumerRunnable()) {
       consumer_busy_ = true;
       waiting_for_.store(-1, std::memory_order_relaxed);
       if (consumer_lane_ >= 0) AddWaitSince(&counters_->consumer_wait_ns, consumer_waiting_since_);
@@ -160,6 +161,7 @@ void ShardLanes::Run() {
       }
       continue;
     }
+    handed_off = false;
     Lane* lane = PickLane(/*wanting_only=*/!after_burst);
     if (lane == nullptr) {
       if (after_burst) {
@@ -171,7 +173,9 @@ void ShardLanes::Run() {
         for (auto& p : lanes_) any_left = any_left || !p->finished;
         if (!any_left) break;
       }
+      ++sleepers_;
       space_.wait(lock);
+      --sleepers_;
       continue;
     }
     lane->busy = true;
@@ -208,9 +212,16 @@ void ShardLanes::Run() {
     lane->bytes += made_bytes;
     lane->busy = false;
     after_burst = true;
-    // Nobody needs waking for the consumer: this worker checks the role
-    // first on its next turn. Without a consumer, sleepers recheck whether
-    // anything is left.
+    if (lane->index == consumer_lane_ && ConsumerRunnable() && sleepers_ > 0 && !done) {
+      // The consumer waited for this lane, which is likely the one holding
+      // everything up (a lane with more shards than the others): a sleeping
+      // worker runs the consumer while this one goes on reading.
+      handed_off = true;
+      space_.notify_one();
+    }
+    // Otherwise nobody needs waking for the consumer: this worker checks
+    // the role first on its next turn. Without a consumer, sleepers
+    // recheck whether anything is left.
     if (done && !config_.consume) space_.notify_all();
   }
 }

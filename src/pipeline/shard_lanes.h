@@ -172,6 +172,7 @@ class ShardLanes {
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::mutex mu_;
   std::condition_variable space_;  // workers with nothing to do wait here
+  int sleepers_ = 0;                // waiting on space_; guarded by mu_
   // The consumer role; guarded by mu_.
   bool consumer_busy_ = false, consumer_done_ = false;
   int consumer_lane_ = -1;  // the lane it waits for
