@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace shardstream::internal {
 
 bool IsZeroBlock(const char* block) {
@@ -13,9 +17,23 @@ bool IsZeroBlock(const char* block) {
 }
 
 namespace {
-// Sum of the 512 bytes, eight at a time: pairs of bytes are added into 16-bit
-// lanes (64 words x 2 x 255 < 65536, so no lane overflows). This runs once
-// per member and is on the hot path for small samples.
+// Sum of the 512 bytes. This runs once per member and is on the hot path
+// for small samples. SSE2 (every x86-64): PSADBW against zero sums 8 bytes
+// into each 64-bit half, 16 bytes per instruction.
+#if defined(__SSE2__)
+uint64_t ByteSum(const char* block) {
+  const __m128i zero = _mm_setzero_si128();
+  __m128i acc = _mm_setzero_si128();
+  for (size_t i = 0; i < kTarBlock; i += 16) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + i));
+    acc = _mm_add_epi64(acc, _mm_sad_epu8(v, zero));
+  }
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(acc)) +
+         static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
+}
+#else
+// Eight at a time: pairs of bytes are added into 16-bit lanes (64 words x
+// 2 x 255 < 65536, so no lane overflows).
 uint64_t ByteSum(const char* block) {
   constexpr uint64_t kLo = 0x00ff00ff00ff00ffull;
   uint64_t lanes = 0;
@@ -26,6 +44,7 @@ uint64_t ByteSum(const char* block) {
   }
   return (lanes & 0xffff) + ((lanes >> 16) & 0xffff) + ((lanes >> 32) & 0xffff) + (lanes >> 48);
 }
+#endif
 }  // namespace
 
 bool ChecksumMatches(const char* block) {
