@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-
 #include "common/log.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/url.h"
