@@ -19,7 +19,7 @@ uint64_t Mix(uint64_t a, uint64_t b) {
   return SplitMix64(&s);
 }
 
-// The token field of a sample item, decoded into the item (a reader thread).
+// The token field of a sample item, decoded into the item (by the worker that read it).
 void DecodeTokens(const FieldSpec& spec, LaneItem* item) {
   const Sample& s = item->sample;
   const Field* f = s.Find(spec.name);

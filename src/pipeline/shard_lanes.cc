@@ -1,5 +1,6 @@
 #include "pipeline/shard_lanes.h"
 
+#include <cassert>
 #include <chrono>
 
 #include <pthread.h>
@@ -29,6 +30,7 @@ class SharedStream final : public InputStream {
 
 ShardLanes::ShardLanes(std::vector<LaneRange> ranges, LaneConfig config, LaneCounters* counters)
     : ranges_(std::move(ranges)), config_(std::move(config)), counters_(counters) {
+  assert(config_.consume);  // workers leave only when the consumer is done
   const int nlanes = std::max(1, config_.lanes);
   nthreads_ = std::max(1, std::min(config_.threads, nlanes));
   for (int l = 0; l < nlanes; ++l) {
@@ -168,11 +170,9 @@ void ShardLanes::Run() {
         after_burst = false;
         continue;
       }
-      if (!config_.consume) {
-        bool any_left = false;
-        for (auto& p : lanes_) any_left = any_left || !p->finished;
-        if (!any_left) break;
-      }
+      // Nothing to fill and the consumer busy or waiting on a busy lane;
+      // when the consumer is done (every lane finished, or an error), it
+      // wakes everyone to leave.
       ++sleepers_;
       space_.wait(lock);
       --sleepers_;
@@ -220,9 +220,7 @@ void ShardLanes::Run() {
       space_.notify_one();
     }
     // Otherwise nobody needs waking for the consumer: this worker checks
-    // the role first on its next turn. Without a consumer, sleepers
-    // recheck whether anything is left.
-    if (done && !config_.consume) space_.notify_all();
+    // the role first on its next turn.
   }
 }
 

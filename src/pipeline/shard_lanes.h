@@ -50,7 +50,7 @@ struct LaneItem {
   uint64_t bytes = 0;  // the sample's field bytes (what it holds in memory)
   Sample sample;
   Status status;
-  // Set by LaneConfig::prepare in the reader thread: a field decoded ahead
+  // Set by LaneConfig::prepare in the worker that read it: a field decoded ahead
   // (a view into `sample`), or why it could not be.
   size_t decoded_field = 0;  // index in sample.fields
   DecodedField decoded;
@@ -78,14 +78,15 @@ struct LaneConfig {
   // ring x their size in memory).
   uint64_t ring_bytes = uint64_t{4} << 20;
   int lanes = 4;
-  int threads = 2;
-  // Per-sample work moved off the consumer's thread: runs in the reader
-  // thread on each sample item before it is published (pure: it may read the
-  // sample and fill the item's decoded fields, nothing else).
+  int threads = 2;  // workers
+  // Per-sample work moved off the consumer: run by the worker that read the
+  // sample, before it is published (pure: it may read the sample and fill
+  // the item's decoded fields, nothing else).
   std::function<void(LaneItem*)> prepare;
-  // The consumer step, run by one worker at a time: takes items with
-  // TryPop() and returns the lane it found empty (it is called again once
-  // that lane has an item), or -1 when it is done for good.
+  // The consumer step (required), run by one worker at a time: takes items
+  // with TryPop() and returns the lane it found empty (it is called again
+  // once that lane has an item), or -1 when it is done for good; the
+  // workers then leave.
   std::function<int()> consume;
 };
 
@@ -126,7 +127,7 @@ class ShardLanes {
     std::vector<LaneItem> ring;
     size_t head = 0, count = 0;   // guarded by mu_
     uint64_t bytes = 0;           // of the `count` samples; guarded by mu_
-    // A reader thread owns the lane's reader state (below) while it fills
+    // A worker owns the lane's reader state (below) while it fills
     // it; the lock that clears `busy` hands the state to the next one.
     bool busy = false;            // guarded by mu_
     // Consumer side: items already taken from the ring, not yet popped.
@@ -155,7 +156,7 @@ class ShardLanes {
   Lane* PickLane(bool wanting_only);
   // Whether a worker may run the consumer step now. Under mu_.
   bool ConsumerRunnable() const {
-    return config_.consume && !consumer_busy_ && !consumer_done_ &&
+    return !consumer_busy_ && !consumer_done_ &&
            (consumer_lane_ < 0 || lanes_[static_cast<size_t>(consumer_lane_)]->count > 0);
   }
   void Run();
