@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
@@ -19,8 +19,9 @@ bool IsZeroBlock(const char* block) {
 namespace {
 // Sum of the 512 bytes. This runs once per member and is on the hot path
 // for small samples. SSE2 (every x86-64): PSADBW against zero sums 8 bytes
-// into each 64-bit half, 16 bytes per instruction.
-#if defined(__SSE2__)
+// into each 64-bit half, 16 bytes per instruction (_mm_cvtsi128_si64 needs
+// x86-64).
+#if defined(__SSE2__) && defined(__x86_64__)
 uint64_t ByteSum(const char* block) {
   const __m128i zero = _mm_setzero_si128();
   __m128i acc = _mm_setzero_si128();

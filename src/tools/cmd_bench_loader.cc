@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "pipeline/fill_seq.h"
 #include "shardstream/decode.h"
 #include "shardstream/loader.h"
 #include "shardstream/shard_writer.h"
@@ -162,20 +163,6 @@ Result<double> TarReaderSeconds(const std::vector<std::string>& urls, size_t chu
 // (three per thread, reused), plus the doc_ids and positions the loader
 // writes when `metadata`. An upper bound for any loader on this machine:
 // it shows how much of the plain read the memory system leaves for batches.
-// first, first + step, ... into dst[0..n): the loader's metadata stores,
-// vectorized as the loader's own are (token_packer.cc), also in -O2 builds,
-// so the bound is not held back by scalar stores.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("tree-vectorize")
-#endif
-void FillRun(int32_t* dst, int32_t first, int32_t step, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = first + step * static_cast<int32_t>(i);
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
-
 Result<double> IdealPackSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
                                 int64_t batch, int64_t seq_len, bool metadata) {
   const size_t slot = static_cast<size_t>(batch * seq_len);
@@ -196,8 +183,8 @@ Result<double> IdealPackSeconds(const std::vector<std::string>& urls, int thread
       const size_t k = std::min<size_t>({total - done, 1024, 3 * slot - l.at});
       std::memcpy(l.tok.data() + l.at, data + done * 4, k * 4);
       if (metadata) {
-        FillRun(l.doc.data() + l.at, l.doc_id++, 0, k);
-        FillRun(l.pos.data() + l.at, 0, 1, k);
+        internal::FillSeq(l.doc.data() + l.at, l.doc_id++, 0, k);
+        internal::FillSeq(l.pos.data() + l.at, 0, 1, k);
       }
       done += k;
       l.at = (l.at + k) % (3 * slot);
