@@ -166,10 +166,13 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
   o.allocator = PageableAllocator();
   auto loader = *Loader::Create(o);
   // Warm up: the pool, every shard opened, and every sample storage that
-  // circulates between the rings, the assembler's taken batches and the
-  // shuffle buffer (about 180 here) filled once by a reader, so its strings
-  // and field vector have their capacity.
-  for (int i = 0; i < 100; ++i) ASSERT_FALSE(loader->next()->empty());
+  // circulates between the rings (256 per lane), the assembler's taken
+  // batches and the shuffle buffer filled once by a reader, so its strings
+  // and field vector have their capacity. A storage that enters a ring from
+  // the shuffle buffer is first filled a whole ring later: 300 batches
+  // (about 1,500 documents) are three ring cycles per lane; 100 (one cycle)
+  // left a few first fills to the measured window on a loaded machine.
+  for (int i = 0; i < 300; ++i) ASSERT_FALSE(loader->next()->empty());
   uint64_t allocations;
   int batches = 0;
   {
