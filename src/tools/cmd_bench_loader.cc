@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -38,6 +39,7 @@ struct Args {
   std::vector<std::string> fields;
   int64_t batch_size = 256, seq_len = 2048, shuffle = 0, prefetch = 4;
   int threads = 2, open_shards = 4, runs = 3;
+  int64_t shard_queue = 256;
   std::string chunk_size = "512KiB";
   bool json = false;
   bool no_metadata = false;
@@ -97,11 +99,14 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
-// `threads` threads, thread t reading every threads-th file front to back in
-// `chunk` reads and handing each read to consume(t, data, n). Returns the
-// seconds it took, or the first read error.
+// `threads` threads reading every file in `chunk` reads, thread t the t-th
+// of `threads` equal parts of each (so every thread reads the same number
+// of bytes whatever the files' count and sizes), handing each read to
+// consume(t, data, n). A file of unknown size (-1) is read whole by one
+// thread. Returns the seconds it took, or the first read error.
 template <typename Consume>
-Result<double> ReadOnThreads(const std::vector<std::string>& urls, int threads, size_t chunk,
+Result<double> ReadOnThreads(const std::vector<std::string>& urls,
+                             const std::vector<int64_t>& sizes, int threads, size_t chunk,
                              Consume consume) {
   const auto t0 = Clock::now();
   std::vector<Status> failed(static_cast<size_t>(threads));
@@ -109,13 +114,22 @@ Result<double> ReadOnThreads(const std::vector<std::string>& urls, int threads, 
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::vector<char> b(chunk);
-      for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(threads)) {
-        auto in = DefaultSource()->OpenInputStream(urls[i], 0);
+      for (size_t i = 0; i < urls.size(); ++i) {
+        uint64_t begin = 0, left = UINT64_MAX;
+        if (sizes[i] >= 0) {
+          const uint64_t size = static_cast<uint64_t>(sizes[i]), n = static_cast<uint64_t>(threads);
+          begin = size * static_cast<uint64_t>(t) / n;
+          left = size * static_cast<uint64_t>(t + 1) / n - begin;
+        } else if (i % static_cast<size_t>(threads) != static_cast<size_t>(t)) {
+          continue;
+        }
+        auto in = DefaultSource()->OpenInputStream(urls[i], begin);
         if (!in.ok()) { failed[static_cast<size_t>(t)] = in.status(); return; }
-        while (true) {
-          auto n = (*in)->Read(b.size(), b.data());
+        while (left > 0) {
+          auto n = (*in)->Read(static_cast<size_t>(std::min<uint64_t>(b.size(), left)), b.data());
           if (!n.ok()) { failed[static_cast<size_t>(t)] = n.status(); return; }
           if (*n == 0) break;
+          left -= std::min<uint64_t>(left, *n);
           consume(t, b.data(), *n);
         }
       }
@@ -128,10 +142,11 @@ Result<double> ReadOnThreads(const std::vector<std::string>& urls, int threads, 
 
 // The plain read, the bandwidth ceiling: as many threads as the loader has
 // readers (the same cores). *bytes receives what was read.
-Result<double> PlainReadSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
+Result<double> PlainReadSeconds(const std::vector<std::string>& urls,
+                                const std::vector<int64_t>& sizes, int threads, size_t chunk,
                                 uint64_t* bytes) {
   std::atomic<uint64_t> read{0};
-  auto seconds = ReadOnThreads(urls, threads, chunk,
+  auto seconds = ReadOnThreads(urls, sizes, threads, chunk,
                                [&](int, const char*, size_t n) { read += n; });
   *bytes = read.load();
   return seconds;
@@ -163,7 +178,8 @@ Result<double> TarReaderSeconds(const std::vector<std::string>& urls, size_t chu
 // (three per thread, reused), plus the doc_ids and positions the loader
 // writes when `metadata`. An upper bound for any loader on this machine:
 // it shows how much of the plain read the memory system leaves for batches.
-Result<double> IdealPackSeconds(const std::vector<std::string>& urls, int threads, size_t chunk,
+Result<double> IdealPackSeconds(const std::vector<std::string>& urls,
+                                const std::vector<int64_t>& sizes, int threads, size_t chunk,
                                 int64_t batch, int64_t seq_len, bool metadata) {
   const size_t slot = static_cast<size_t>(batch * seq_len);
   struct Lane {
@@ -176,7 +192,7 @@ Result<double> IdealPackSeconds(const std::vector<std::string>& urls, int thread
     l.tok.assign(3 * slot, 0);
     if (metadata) l.doc.assign(3 * slot, 0), l.pos.assign(3 * slot, 0);
   }
-  return ReadOnThreads(urls, threads, chunk, [&](int t, const char* data, size_t n) {
+  return ReadOnThreads(urls, sizes, threads, chunk, [&](int t, const char* data, size_t n) {
     Lane& l = lanes[static_cast<size_t>(t)];
     // In documents of 1024 tokens, as the loader places them.
     for (size_t done = 0, total = n / 4; done < total;) {
@@ -214,6 +230,7 @@ int Run(const Args& a) {
   o.prefetch = a.prefetch;
   o.reader_threads = a.threads;
   o.open_shards = a.open_shards;
+  o.shard_queue = a.shard_queue;
   o.read_chunk = static_cast<size_t>(*chunk);
   if (!a.tokens_field.empty()) {
     o.tokens.field = a.tokens_field;
@@ -229,8 +246,10 @@ int Run(const Args& a) {
   }
   uint64_t file_bytes = 0;
   std::vector<std::string> urls;
+  std::vector<int64_t> sizes;
   for (const ShardEntry& e : manifest->shards) {
     urls.push_back(e.resolved.empty() ? e.url : e.resolved);
+    sizes.push_back(e.size);
     file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   }
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s;
@@ -241,14 +260,14 @@ int Run(const Args& a) {
     uint64_t rs = 0;
     if (!a.loader_only) {
       uint64_t read = 0;
-      auto p = PlainReadSeconds(urls, a.threads, static_cast<size_t>(*chunk), &read);
+      auto p = PlainReadSeconds(urls, sizes, a.threads, static_cast<size_t>(*chunk), &read);
       auto r = p.ok() ? TarReaderSeconds(urls, static_cast<size_t>(*chunk), &rs) : p;
       if (!r.ok()) { std::cerr << "bench-loader: " << r.status() << "\n"; return 1; }
       plain = *p;
       reader = *r;
       if (file_bytes == 0) file_bytes = read;
       if (!a.tokens_field.empty()) {
-        auto i = IdealPackSeconds(urls, a.threads, static_cast<size_t>(*chunk), a.batch_size,
+        auto i = IdealPackSeconds(urls, sizes, a.threads, static_cast<size_t>(*chunk), a.batch_size,
                                   a.seq_len, !a.no_metadata);
         if (!i.ok()) { std::cerr << "bench-loader: " << i.status() << "\n"; return 1; }
         ideal = *i;
@@ -295,6 +314,7 @@ int Run(const Args& a) {
       {"seq_len", a.tokens_field.empty() ? 0 : a.seq_len},
       {"reader_threads", a.threads},
       {"open_shards", a.open_shards},
+      {"shard_queue", a.shard_queue},
       {"shuffle_buffer", a.shuffle},
       {"document_metadata", !a.tokens_field.empty() && !a.no_metadata},
       {"batches_per_s", static_cast<double>(batches) / lt},
@@ -364,6 +384,7 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_option("--seq-len", a->seq_len, "Token row length")->capture_default_str();
   sub->add_option("--threads", a->threads, "Reader threads")->capture_default_str();
   sub->add_option("--open-shards", a->open_shards, "Shards open at once")->capture_default_str();
+  sub->add_option("--shard-queue", a->shard_queue, "Samples buffered per open shard")->capture_default_str();
   sub->add_option("--shuffle", a->shuffle, "Shuffle buffer (0: none)")->capture_default_str();
   sub->add_option("--prefetch", a->prefetch, "Batches ready ahead")->capture_default_str();
   sub->add_option("--chunk-size", a->chunk_size, "Read size")->capture_default_str();
