@@ -701,6 +701,7 @@ TEST_F(ShardCacheTest, UnknownSizeReaderEndsAtTheSourceSizeWithoutWaitingForPubl
   o.sync_entries = true;
   auto cache = NewCache(o);
   auto data = ReadThroughCache(*cache, bare);
+  if (!data.ok()) fs->open = true;  // a failure must not leave the download held (a hang)
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(*data, contents_[0]);
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty() || fs->waiting.load());
@@ -711,6 +712,32 @@ TEST_F(ShardCacheTest, UnknownSizeReaderEndsAtTheSourceSizeWithoutWaitingForPubl
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, contents_[0]);
   EXPECT_EQ(cache->stats().hits, 1u);
+  EXPECT_EQ(TotalFetches(), 1);
+}
+
+// A reader that first asks for a shard after its download renamed the
+// temporary to the entry, but before the download ended (here: its
+// directory sync held back), reads the entry.
+TEST_F(ShardCacheTest, AReaderAttachingBetweenRenameAndSyncReadsTheEntry) {
+  MakeShards(1, 300000);
+  ShardRef bare(std::string(kRemotePrefix) + "shard-000.tar");
+  auto fs = std::make_shared<GatedSyncFs>();
+  auto o = Options(10 << 20);
+  o.fs = fs;
+  o.sync_entries = true;
+  o.stall_timeout = std::chrono::milliseconds(3000);
+  auto cache = NewCache(o);
+  cache->Prefetch({bare});
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs->waiting.load() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(fs->waiting.load());  // renamed, sync held back
+  EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 1u);
+  auto data = ReadThroughCache(*cache, bare);
+  fs->open = true;  // whatever happened above, let the download end
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, contents_[0]);
+  cache->WaitIdle();
   EXPECT_EQ(TotalFetches(), 1);
 }
 

@@ -32,7 +32,7 @@ struct Download {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::string temp_path;    // the current attempt's temporary ("" before one exists)
+  std::string temp_path;    // the current attempt's temporary ("" before one exists), its entry once renamed
   uint64_t generation = 0;  // bumped per attempt
   uint64_t written = 0;     // bytes of the current attempt on disk
   // The least `written` a reader waiting in this process asked for: appends

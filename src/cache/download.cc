@@ -264,6 +264,12 @@ Status ShardCache::Impl::Publish(Download& d, WritableFile& file, const std::str
         FileLock dir_lock, internal::LockFile(opts.dir + "/" + internal::kDirLock, true, true));
     SHARDSTREAM_RETURN_IF_ERROR(opts.fs->Rename(temp, internal::EntryPath(opts.dir, d.key)));
   }
+  {
+    // A reader of this attempt that attaches from now on (before the sync
+    // below ends the download) opens the entry: the same file, renamed.
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.temp_path = internal::EntryPath(opts.dir, d.key);
+  }
   if (opts.sync_entries) SHARDSTREAM_RETURN_IF_ERROR(opts.fs->SyncDir(opts.dir));
   return Status::OK();
 }
