@@ -54,7 +54,7 @@ int64_t BatchWriter::Append(std::string_view bytes) {
   if (arena_used_ + bytes.size() > arena_cap_) {
     if (!overflow_) {
       overflow_ = std::make_shared<Overflow>();
-      ++overflows_;
+      overflows_.fetch_add(1, std::memory_order_relaxed);
     }
     std::vector<char>& heap = overflow_->arena;
     if (arena_ != heap.data()) {  // first move: copy what the slot arena holds
@@ -81,7 +81,7 @@ void BatchWriter::AddSample(SampleId id, std::string_view key) {
   if (header_->nsamples == records_cap_) {
     if (!overflow_) {
       overflow_ = std::make_shared<Overflow>();
-      ++overflows_;
+      overflows_.fetch_add(1, std::memory_order_relaxed);
     }
     std::vector<SampleRecord>& heap = overflow_->records;
     if (records_ != heap.data()) heap.assign(records_, records_ + header_->nsamples);

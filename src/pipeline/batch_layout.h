@@ -8,6 +8,7 @@
 #ifndef SHARDSTREAM_PIPELINE_BATCH_LAYOUT_H_
 #define SHARDSTREAM_PIPELINE_BATCH_LAYOUT_H_
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -81,7 +82,8 @@ class SHARDSTREAM_EXPORT BatchWriter {
   Batch Finish();
 
   const BatchLayout& layout() const { return *layout_; }
-  uint64_t overflows() const { return overflows_; }
+  // Readable from any thread (the loader's stats).
+  uint64_t overflows() const { return overflows_.load(std::memory_order_relaxed); }
 
  private:
   int64_t Append(std::string_view bytes);  // into the arena; returns its offset
@@ -103,7 +105,7 @@ class SHARDSTREAM_EXPORT BatchWriter {
   SampleRecord* records_ = nullptr;
   int64_t records_cap_ = 0;
   int64_t epoch_ = 0, index_ = 0;
-  uint64_t overflows_ = 0;
+  std::atomic<uint64_t> overflows_{0};
 };
 
 }  // namespace shardstream::internal

@@ -4,13 +4,15 @@
 // (which may block: backpressure) and take slots from a BufferPool they
 // create on first use, sized from the layout.
 //
-// Thread-safety: each object is used by one thread (the assembler).
+// Thread-safety: each object is used by one thread (the assembler), but for
+// TokenPacker::RunPending (any thread).
 #ifndef SHARDSTREAM_PIPELINE_BATCHER_H_
 #define SHARDSTREAM_PIPELINE_BATCHER_H_
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,16 @@ class SHARDSTREAM_EXPORT SlotSource {
   // Starts a batch if none is in progress (may block for a free slot).
   Status EnsureBatch();
   Status EmitBatch();
+  // EmitBatch in two steps, so the batch can be completed elsewhere before
+  // it is emitted. Emit is safe from any thread, once per batch, in order.
+  Batch FinishBatch() { return writer_->Finish(); }
+  Status Emit(Batch&& b) { return emit_(std::move(b)); }
+  // Whether EnsureBatch would get a slot without waiting (only the
+  // assembler takes slots, so the answer holds until it does).
+  bool HasFreeSlot() const {
+    BufferPool* p = pool();
+    return p == nullptr || p->stats().in_use < p->slots();
+  }
   void set_epoch(int64_t epoch, std::shared_ptr<const std::vector<std::string>> urls) {
     epoch_ = epoch;
     urls_ = std::move(urls);
@@ -119,6 +131,23 @@ class SHARDSTREAM_EXPORT TokenPacker {
   int64_t row() const { return row_; }
   int64_t col() const { return col_; }
 
+  // Completing batches elsewhere. With `notify` set, a full batch's
+  // per-token metadata (doc_ids and positions, or mask and positions) is
+  // not written by Add: the batch waits, with the list of its stores, until
+  // some thread calls RunPending (the loader's idle worker), while Add goes
+  // on packing the next one; `notify` tells the workers there is one.
+  // Without it, or without metadata, batches are written whole and emitted
+  // by Add and Flush. At most one batch waits: Add completes it itself
+  // before handing over the next. Set before the first Add.
+  void set_notify(std::function<void()> notify) { notify_ = std::move(notify); }
+  // Writes the waiting batch's metadata and emits it; false when there is
+  // none or another thread is at it. Any thread.
+  bool RunPending();
+  // Emits the waiting batch, if any (waiting for a thread at it): before
+  // the end of the data or an error, so batches keep their order. Returns
+  // the first error of an emit done elsewhere.
+  Status FinishPending();
+
  private:
   // One piece of a document: k tokens (the last one the end-of-document
   // token when real < k) from src into the token row at `base`.
@@ -129,9 +158,23 @@ class SHARDSTREAM_EXPORT TokenPacker {
     int32_t pos0 = 0, doc = 0;
     DType dtype = DType::kInt32;  // of src
   };
+  // The per-token metadata of k tokens at `base`: positions first,
+  // first + step, ...; the second column (doc_ids, or the mask) `second`.
+  struct MetaOp {
+    size_t base = 0, k = 0;
+    int32_t first = 0, step = 0, second = 0;
+  };
   Status Init();
   Status EndRow();
   void Apply(const CopyOp& op);
+  void Meta(const MetaOp& op, char* positions, char* second) const;
+  void AddMeta(const MetaOp& op);
+  // The batch is full: emit it, or hand it over with its metadata stores.
+  Status Complete();
+  // EnsureBatch, but never waiting for a slot while a batch waits to be
+  // completed (the caller may need that batch to give a slot back).
+  Status StartBatch();
+  void RunLocked();  // under pending_mu_, with a batch waiting
 
   TokenOptions opt_;
   int64_t batch_size_;
@@ -139,6 +182,21 @@ class SHARDSTREAM_EXPORT TokenPacker {
   int64_t row_ = 0;      // row being filled
   int64_t col_ = 0;      // next column in it
   int32_t doc_in_row_ = 0;
+  bool meta_ = false;    // the layout has per-token metadata
+  bool defer_ = false;   // meta_ and a notify: metadata written by RunPending
+  std::function<void()> notify_;
+  std::vector<MetaOp> ops_;  // of the batch being packed (defer_)
+  // The batch handed over, waiting for its metadata.
+  struct Pending {
+    bool waiting = false;
+    Batch batch;
+    std::vector<MetaOp> ops;  // swapped with ops_: both keep their capacity
+    char* positions = nullptr;
+    char* second = nullptr;
+  };
+  std::mutex pending_mu_;
+  Pending pending_;       // guarded by pending_mu_
+  Status pending_error_;  // the first failed emit; guarded by pending_mu_
 };
 
 }  // namespace shardstream::internal

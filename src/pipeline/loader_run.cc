@@ -84,6 +84,10 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
   }
   lc.consume = [this] { return Assemble(); };
+  // A batch's doc_ids and positions are written by an idle worker while
+  // the assembler packs the next batch (the assembler is one worker at a
+  // time; these stores are twice the tokens' bytes).
+  lc.side = [this] { return packer_ != nullptr && packer_->RunPending(); };
   lanes_ = std::make_unique<ShardLanes>(std::move(ranges), lc, counters_);
 
   PoolConfig pool;
@@ -96,6 +100,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   auto emit = [this](Batch&& b) { return Emit(std::move(b)); };
   if (!opt_.tokens.field.empty()) {
     packer_ = std::make_unique<TokenPacker>(opt_.tokens, opt_.batch_size, pool, emit);
+    packer_->set_notify([this] { lanes_->PostSide(); });
     packer_->slots().set_epoch(config_.epoch, config_.urls);
   } else {
     batcher_ = std::make_unique<SampleBatcher>(opt_.fields, opt_.batch_size, pool, emit);
@@ -146,6 +151,12 @@ int LoaderRun::Assemble() {
   Status s = Advance(&want);
   if (s.ok() && want >= 0) return want;
   if (stop_.load()) return -1;
+  if (packer_ != nullptr) {
+    // The batch handed over goes before the end or the error.
+    Status p = packer_->FinishPending();
+    if (s.ok()) s = p;
+    if (stop_.load()) return -1;
+  }
   if (s.ok()) {
     (void)queue_.PushEnd();
   } else if (s.code() != StatusCode::kCancelled || !stop_.load()) {

@@ -113,6 +113,13 @@ LaneItem* ShardLanes::TryPop(int l) {
   return &lane->taken[lane->taken_pos++];
 }
 
+void ShardLanes::PostSide() {
+  if (!config_.side) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  side_ = true;
+  if (sleepers_ > 0) space_.notify_one();
+}
+
 ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {
   // The emptiest lane (by the fuller of its two limits) no thread is
   // filling: the one the consumer is about to wait on, if any. The lane
@@ -164,6 +171,13 @@ void ShardLanes::Run() {
       continue;
     }
     handed_off = false;
+    if (side_) {
+      side_ = false;
+      lock.unlock();
+      config_.side();
+      lock.lock();
+      continue;
+    }
     Lane* lane = PickLane(/*wanting_only=*/!after_burst);
     if (lane == nullptr) {
       if (after_burst) {

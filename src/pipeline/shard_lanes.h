@@ -88,6 +88,10 @@ struct LaneConfig {
   // once that lane has an item), or -1 when it is done for good; the
   // workers then leave.
   std::function<int()> consume;
+  // Optional work any idle worker may do after PostSide() (the consumer's
+  // batches to complete): runs it if there is some, returning whether it did.
+  // Comes before filling lanes; may run while a worker holds the consumer.
+  std::function<bool()> side;
 };
 
 struct LaneCounters {
@@ -119,6 +123,8 @@ class ShardLanes {
   void Stop();
   // Wakes every worker without joining; safe from any thread.
   void Cancel();
+  // Tells the workers there is side work (LaneConfig::side); any thread.
+  void PostSide();
 
  private:
   struct Lane {
@@ -174,6 +180,7 @@ class ShardLanes {
   std::mutex mu_;
   std::condition_variable space_;  // workers with nothing to do wait here
   int sleepers_ = 0;                // waiting on space_; guarded by mu_
+  bool side_ = false;               // PostSide() not yet taken; guarded by mu_
   // The consumer role; guarded by mu_.
   bool consumer_busy_ = false, consumer_done_ = false;
   int consumer_lane_ = -1;  // the lane it waits for

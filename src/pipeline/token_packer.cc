@@ -66,6 +66,14 @@ Status TokenPacker::Init() {
     cols.push_back(col("positions", DType::kInt32, true));
   }
   if (!pack) cols.push_back(col("lengths", DType::kInt32, false));
+  meta_ = !pack || opt_.document_metadata;
+  defer_ = meta_ && notify_ != nullptr;
+  // Pieces of documents and row ends: enough for typical packing; more
+  // grows the list once, and it keeps its capacity.
+  if (defer_) {
+    ops_.reserve(static_cast<size_t>(batch_size_) * 10);
+    pending_.ops.reserve(ops_.capacity());
+  }
   // A row holds at most seq_len documents; 8 per row covers typical packing,
   // more spills the batch's sample list to the heap.
   int64_t max_docs = batch_size_ * std::min<int64_t>(opt_.seq_len, 8) + 1;
@@ -81,21 +89,12 @@ Status TokenPacker::EndRow() {
   const size_t tsz = DTypeSize(opt_.dtype);
   char* tok = w.column(kTokens) + r * L * tsz;
   for (size_t i = c; i < L; ++i) StoreInt(tok + i * tsz, opt_.dtype, opt_.pad_token);
-  const bool meta = opt_.document_metadata || opt_.layout == TokenLayout::kPad;
-  if (meta) {
-    int32_t* pos = reinterpret_cast<int32_t*>(w.column(kPositions)) + r * L;
-    std::fill(pos + c, pos + L, 0);
+  if (meta_ && c < L) {
+    const int32_t second = opt_.layout == TokenLayout::kPack ? -1 : 0;
+    AddMeta(MetaOp{r * L + c, L - c, 0, 0, second});
   }
-  if (opt_.layout == TokenLayout::kPack) {
-    if (meta) {
-      int32_t* doc = reinterpret_cast<int32_t*>(w.column(kSecond)) + r * L;
-      std::fill(doc + c, doc + L, -1);
-    }
-  } else {
-    uint8_t* mask = reinterpret_cast<uint8_t*>(w.column(kSecond)) + r * L;
-    std::fill(mask + c, mask + L, 0);
+  if (opt_.layout == TokenLayout::kPad)
     reinterpret_cast<int32_t*>(w.column(kLengths))[r] = static_cast<int32_t>(col_);
-  }
   ++row_;
   col_ = 0;
   doc_in_row_ = 0;
@@ -118,19 +117,79 @@ void TokenPacker::Apply(const CopyOp& op) {
       StoreInt(tok + i * tsz, opt_.dtype, LoadInt(op.src + i * isz, op.dtype));
   }
   if (op.real < op.k) StoreInt(tok + op.real * tsz, opt_.dtype, opt_.eod_token);
-  if (opt_.document_metadata || !pack) {
-    int32_t* pos = reinterpret_cast<int32_t*>(w.column(kPositions)) + op.base;
-    FillSeq(pos, op.pos0, 1, static_cast<size_t>(op.k));
-  }
-  if (pack) {
-    if (opt_.document_metadata) {
-      int32_t* doc = reinterpret_cast<int32_t*>(w.column(kSecond)) + op.base;
-      FillSeq(doc, op.doc, 0, static_cast<size_t>(op.k));
-    }
+  if (meta_) AddMeta(MetaOp{op.base, static_cast<size_t>(op.k), op.pos0, 1, pack ? op.doc : 1});
+}
+
+void TokenPacker::Meta(const MetaOp& op, char* positions, char* second) const {
+  FillSeq(reinterpret_cast<int32_t*>(positions) + op.base, op.first, op.step, op.k);
+  if (opt_.layout == TokenLayout::kPack) {
+    FillSeq(reinterpret_cast<int32_t*>(second) + op.base, op.second, 0, op.k);
   } else {
-    uint8_t* mask = reinterpret_cast<uint8_t*>(w.column(kSecond)) + op.base;
-    std::fill(mask, mask + op.k, 1);
+    uint8_t* mask = reinterpret_cast<uint8_t*>(second) + op.base;
+    std::fill(mask, mask + op.k, static_cast<uint8_t>(op.second));
   }
+}
+
+void TokenPacker::AddMeta(const MetaOp& op) {
+  if (defer_) {
+    ops_.push_back(op);
+  } else {
+    BatchWriter& w = slots_.writer();
+    Meta(op, w.column(kPositions), w.column(kSecond));
+  }
+}
+
+Status TokenPacker::Complete() {
+  if (!defer_) return slots_.EmitBatch();
+  BatchWriter& w = slots_.writer();
+  if (!w.active()) return Status::OK();
+  char* positions = w.column(kPositions);
+  char* second = w.column(kSecond);
+  Batch b = slots_.FinishBatch();
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    if (pending_.waiting) RunLocked();  // nobody took the previous one yet
+    if (!pending_error_.ok()) {
+      ops_.clear();
+      return pending_error_;
+    }
+    pending_.batch = std::move(b);
+    pending_.ops.swap(ops_);
+    pending_.positions = positions;
+    pending_.second = second;
+    pending_.waiting = true;
+  }
+  ops_.clear();
+  notify_();
+  return Status::OK();
+}
+
+Status TokenPacker::StartBatch() {
+  if (defer_ && !slots_.writer().active() && !slots_.HasFreeSlot())
+    SHARDSTREAM_RETURN_IF_ERROR(FinishPending());
+  return slots_.EnsureBatch();
+}
+
+void TokenPacker::RunLocked() {
+  for (const MetaOp& op : pending_.ops) Meta(op, pending_.positions, pending_.second);
+  pending_.ops.clear();
+  pending_.waiting = false;
+  Status s = slots_.Emit(std::move(pending_.batch));
+  pending_.batch = Batch();
+  if (!s.ok() && pending_error_.ok()) pending_error_ = std::move(s);
+}
+
+bool TokenPacker::RunPending() {
+  std::unique_lock<std::mutex> lock(pending_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || !pending_.waiting) return false;
+  RunLocked();
+  return true;
+}
+
+Status TokenPacker::FinishPending() {
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  if (pending_.waiting) RunLocked();
+  return pending_error_;
 }
 
 Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip) {
@@ -147,12 +206,12 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
   int64_t done = std::min(skip, total);
   if (!pack && col_ > 0) SHARDSTREAM_RETURN_IF_ERROR(EndRow());  // a fresh row per document
   if (done == total) {  // nothing (left) to write: record it in the current batch
-    SHARDSTREAM_RETURN_IF_ERROR(slots_.EnsureBatch());
+    SHARDSTREAM_RETURN_IF_ERROR(StartBatch());
     slots_.writer().AddSample(row.id, row.key);
     return Status::OK();
   }
   while (done < total) {
-    SHARDSTREAM_RETURN_IF_ERROR(slots_.EnsureBatch());
+    SHARDSTREAM_RETURN_IF_ERROR(StartBatch());
     BatchWriter& w = slots_.writer();
     CopyOp op;
     op.k = std::min(total - done, L - col_);
@@ -175,7 +234,7 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
       if (row_ == batch_size_) {
         if (done < total) w.set_carry(row.id, done);
         row_ = 0;
-        SHARDSTREAM_RETURN_IF_ERROR(slots_.EmitBatch());
+        SHARDSTREAM_RETURN_IF_ERROR(Complete());
       }
     } else {
       w.set_rows(row_ + 1);
@@ -188,7 +247,7 @@ Status TokenPacker::Flush() {
   if (!slots_.ready() || !slots_.writer().active()) return Status::OK();
   if (col_ > 0) SHARDSTREAM_RETURN_IF_ERROR(EndRow());
   row_ = 0;
-  return slots_.EmitBatch();
+  return Complete();
 }
 
 }  // namespace shardstream::internal

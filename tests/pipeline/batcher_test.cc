@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <numeric>
 #include <vector>
 
@@ -101,10 +105,63 @@ std::vector<std::vector<int32_t>> Docs(int n, uint64_t seed) {
   return docs;
 }
 
+// Runs RunPending whenever the packer notifies, on its own thread (as the
+// loader's idle worker does).
+class Completer {
+ public:
+  explicit Completer(TokenPacker* p) : p_(p), t_([this] { Loop(); }) {}
+  ~Completer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+  // Every other batch, waits until this thread has completed it, so both
+  // this thread and the packer (racing for the rest) complete batches.
+  void Notify() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++posted_;
+    const bool wait = ++notified_ % 2 == 0;
+    const int target = ran_.load() + 1;
+    cv_.notify_all();
+    if (wait) cv_.wait(lock, [&] { return ran_.load() >= target; });
+  }
+  int ran() const { return ran_.load(); }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || posted_ > 0; });
+      if (stop_) return;
+      --posted_;
+      lock.unlock();
+      const bool ran = p_->RunPending();
+      lock.lock();
+      if (ran) {
+        ++ran_;
+        cv_.notify_all();
+      }
+    }
+  }
+  TokenPacker* p_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  int posted_ = 0, notified_ = 0;
+  std::atomic<int> ran_{0};
+  std::thread t_;
+};
+
 // Each document's tokens live in a buffer freed right after Add (ASan sees
-// a packer that reads them later).
+// a packer that reads them later). `deferred`: the metadata of full batches
+// is written by a Completer thread (or by the packer, when it gets there
+// first), as in the loader.
 void RunPacker(TokenLayout layout, std::vector<Batch>* out,
-               const std::vector<std::vector<int32_t>>& docs, bool metadata = true) {
+               const std::vector<std::vector<int32_t>>& docs, bool metadata = true,
+               bool deferred = false, int* completed_elsewhere = nullptr) {
   TokenOptions o;
   o.document_metadata = metadata;
   o.field = "tokens.npy";
@@ -116,6 +173,11 @@ void RunPacker(TokenLayout layout, std::vector<Batch>* out,
     out->push_back(std::move(b));
     return Status::OK();
   });
+  std::unique_ptr<Completer> completer;
+  if (deferred) {
+    completer = std::make_unique<Completer>(&p);
+    p.set_notify([&] { completer->Notify(); });
+  }
   std::vector<std::string> keys;
   for (size_t d = 0; d < docs.size(); ++d) keys.push_back("doc" + std::to_string(d));
   for (size_t d = 0; d < docs.size(); ++d) {
@@ -130,6 +192,27 @@ void RunPacker(TokenLayout layout, std::vector<Batch>* out,
     ASSERT_TRUE(p.Add(row, f, 0).ok());
   }
   ASSERT_TRUE(p.Flush().ok());
+  ASSERT_TRUE(p.FinishPending().ok());
+  if (completer && completed_elsewhere) *completed_elsewhere = completer->ran();
+  completer.reset();
+}
+
+void ExpectSameBatches(const std::vector<Batch>& a, const std::vector<Batch>& b,
+                       const std::vector<std::string>& tensors) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].rows(), b[i].rows());
+    EXPECT_EQ(a[i].num_samples(), b[i].num_samples());
+    for (const std::string& name : tensors) {
+      TensorView x = a[i].tensor(name), y = b[i].tensor(name);
+      ASSERT_EQ(x.nbytes, y.nbytes) << name;
+      EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << "batch " << i << " " << name;
+    }
+    SampleId ia, ib;
+    int64_t da = -1, db = -1;
+    EXPECT_EQ(a[i].continued(&ia, &da), b[i].continued(&ib, &db));
+    EXPECT_EQ(da, db);
+  }
 }
 
 TEST(TokenPackerTest, PackedBatchesHoldEveryTokenOnceWithDocIdsAndPositions) {
@@ -228,6 +311,65 @@ TEST(TokenPackerTest, TokensOnlyWithoutDocumentMetadata) {
     EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0);
     EXPECT_EQ(with[i].num_samples(), without[i].num_samples());
   }
+}
+
+// The loader's idle worker writes a full batch's doc_ids and positions
+// (or mask and positions) while the packer goes on: the batches, their
+// order and their bytes are those written in place.
+TEST(TokenPackerTest, MetadataWrittenOnAnotherThreadMatchesWrittenInPlace) {
+  auto docs = Docs(150, 4);  // about 48 batches: all kept, within the 64 slots
+  int elsewhere_total = 0;
+  for (int round = 0; round < 5; ++round) {
+    std::vector<Batch> in_place, deferred;
+    RunPacker(TokenLayout::kPack, &in_place, docs);
+    int elsewhere = 0;
+    RunPacker(TokenLayout::kPack, &deferred, docs, true, true, &elsewhere);
+    ExpectSameBatches(in_place, deferred, {"tokens", "doc_ids", "positions"});
+    elsewhere_total += elsewhere;
+
+    std::vector<Batch> pad_in_place, pad_deferred;
+    RunPacker(TokenLayout::kPad, &pad_in_place, docs);
+    RunPacker(TokenLayout::kPad, &pad_deferred, docs, true, true);
+    ExpectSameBatches(pad_in_place, pad_deferred, {"tokens", "mask", "positions", "lengths"});
+  }
+  // The other thread did complete batches (not only the packer itself).
+  EXPECT_GT(elsewhere_total, 0);
+}
+
+// An emit that fails for a batch completed by someone else reaches the
+// packer's next call, and nothing after that batch is emitted.
+TEST(TokenPackerTest, FailedEmitOfAHandedOverBatchReachesTheNextCall) {
+  auto docs = Docs(200, 5);
+  TokenOptions o;
+  o.field = "tokens.npy";
+  o.seq_len = 16;
+  o.eod_token = 0;
+  int emitted = 0;
+  TokenPacker p(o, 4, Pool(64), [&](Batch&&) {
+    if (++emitted == 2) return Status(StatusCode::kCancelled, "queue closed");
+    return Status::OK();
+  });
+  bool posted = false;
+  p.set_notify([&] { posted = true; });  // nobody completes: the packer does, on the next hand-over
+  Status first_error;
+  size_t d = 0;
+  for (; d < docs.size() && first_error.ok(); ++d) {
+    DecodedField f;
+    f.is_tensor = true;
+    f.dtype = DType::kInt32;
+    f.ndim = 1;
+    f.shape[0] = static_cast<int64_t>(docs[d].size());
+    f.data = std::string_view(reinterpret_cast<const char*>(docs[d].data()), docs[d].size() * 4);
+    RowInput row{SampleId{0, static_cast<int64_t>(d)}, "k", "u", 0, nullptr};
+    first_error = p.Add(row, f, 0);
+  }
+  EXPECT_TRUE(posted);
+  ASSERT_FALSE(first_error.ok());
+  EXPECT_EQ(first_error.code(), StatusCode::kCancelled);
+  EXPECT_LT(d, docs.size());
+  EXPECT_EQ(emitted, 2);  // the third batch was never emitted
+  EXPECT_EQ(p.FinishPending().code(), StatusCode::kCancelled);
+  EXPECT_EQ(emitted, 2);
 }
 
 }  // namespace
