@@ -689,6 +689,20 @@ class GatedSyncFs final : public SourceWrapper {
   std::atomic<bool> open{false}, waiting{false};
 };
 
+// Cache options whose publications wait at `fs`'s gate.
+ShardCacheOptions Gated(ShardCacheOptions o, std::shared_ptr<GatedSyncFs> fs) {
+  o.fs = std::move(fs);
+  o.sync_entries = true;
+  return o;
+}
+
+// Opens the gate when the test leaves, also by a failed assertion: declared
+// after the cache, it runs before the cache waits for its download.
+struct OpenGateAtExit {
+  GatedSyncFs* fs;
+  ~OpenGateAtExit() { fs->open = true; }
+};
+
 TEST_F(ShardCacheTest, UnknownSizeReaderEndsAtTheSourceSizeWithoutWaitingForPublication) {
   // A shard named without a size (a bare url): the download learns its size
   // from the source, and a reader following it is done at that size, not
@@ -696,12 +710,9 @@ TEST_F(ShardCacheTest, UnknownSizeReaderEndsAtTheSourceSizeWithoutWaitingForPubl
   MakeShards(1, 300000);
   ShardRef bare(std::string(kRemotePrefix) + "shard-000.tar");
   auto fs = std::make_shared<GatedSyncFs>();
-  auto o = Options(10 << 20);
-  o.fs = fs;
-  o.sync_entries = true;
-  auto cache = NewCache(o);
+  auto cache = NewCache(Gated(Options(10 << 20), fs));
+  OpenGateAtExit at_exit{fs.get()};
   auto data = ReadThroughCache(*cache, bare);
-  if (!data.ok()) fs->open = true;  // a failure must not leave the download held (a hang)
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(*data, contents_[0]);
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty() || fs->waiting.load());
@@ -719,22 +730,20 @@ TEST_F(ShardCacheTest, UnknownSizeReaderEndsAtTheSourceSizeWithoutWaitingForPubl
 // temporary to the entry, but before the download ended (here: its
 // directory sync held back), reads the entry.
 TEST_F(ShardCacheTest, AReaderAttachingBetweenRenameAndSyncReadsTheEntry) {
-  MakeShards(1, 300000);
-  ShardRef bare(std::string(kRemotePrefix) + "shard-000.tar");
+  auto refs = MakeShards(1, 300000);
   auto fs = std::make_shared<GatedSyncFs>();
-  auto o = Options(10 << 20);
-  o.fs = fs;
-  o.sync_entries = true;
+  auto o = Gated(Options(10 << 20), fs);
   o.stall_timeout = std::chrono::milliseconds(3000);
   auto cache = NewCache(o);
-  cache->Prefetch({bare});
+  OpenGateAtExit at_exit{fs.get()};
+  cache->Prefetch({refs[0]});
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!fs->waiting.load() && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(fs->waiting.load());  // renamed, sync held back
   EXPECT_EQ(FilesWithSuffix(cache_dir(), ".shard").size(), 1u);
-  auto data = ReadThroughCache(*cache, bare);
-  fs->open = true;  // whatever happened above, let the download end
+  auto data = ReadThroughCache(*cache, refs[0]);
+  fs->open = true;
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(*data, contents_[0]);
   cache->WaitIdle();
