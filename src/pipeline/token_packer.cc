@@ -154,12 +154,11 @@ Status TokenPacker::Complete() {
       return pending_error_;
     }
     pending_.batch = std::move(b);
-    pending_.ops.swap(ops_);
+    pending_.ops.swap(ops_);  // ops_ gets the list RunLocked emptied
     pending_.positions = positions;
     pending_.second = second;
     pending_.waiting = true;
   }
-  ops_.clear();
   notify_();
   return Status::OK();
 }

@@ -195,6 +195,42 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
               static_cast<unsigned long long>(allocations), batches);
 }
 
+// A token batch waiting for its doc_ids and positions holds no slot of its
+// own: a caller holding batches gets as many as with fields (prefetch + 2)
+// before the loader says it holds every slot. One worker, so nobody but the
+// assembler completes the waiting batch; it must before waiting for a slot.
+TEST(LoaderFaultTest, TokenBatchesWaitingForMetadataCostTheCallerNoSlot) {
+  TempDir dir;
+  DatasetSpec spec{2, 200};
+  spec.tokens = true;
+  spec.max_doc_tokens = 200;
+  auto d = testing::WriteDataset(dir.path(), spec);
+  LoaderOptions o;
+  o.manifest = d.manifest;
+  o.tokens.field = "tokens.npy";  // with doc_ids and positions (the default)
+  o.tokens.seq_len = 128;
+  o.batch_size = 4;
+  o.prefetch = 2;  // 4 slots
+  o.reader_threads = 1;
+  o.allocator = PageableAllocator();
+  auto loader = *Loader::Create(o);
+  std::vector<Batch> held;
+  Status err;
+  for (int i = 0; i < 10 && err.ok(); ++i) {
+    auto b = loader->next();
+    if (b.ok()) held.push_back(*b); else err = b.status();
+  }
+  EXPECT_EQ(err.code(), StatusCode::kUnavailable) << err;
+  EXPECT_NE(err.message().find("holds every batch slot"), std::string::npos) << err;
+  EXPECT_EQ(held.size(), 4u);
+  ASSERT_FALSE(held.empty());
+  EXPECT_NE(held.back().tensor("doc_ids").data, nullptr);
+  held.clear();  // released: the loader goes on
+  auto b = loader->next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(b->empty());
+}
+
 // A lane reads ahead shard_queue samples but at most 8 x read_chunk bytes of
 // them: with 64 KiB samples a ring of 256 would otherwise hold 16 MiB per
 // open shard while the caller does not take the next batch.
