@@ -215,11 +215,7 @@ TEST(LoaderFaultTest, TokenBatchesWaitingForMetadataCostTheCallerNoSlot) {
   o.allocator = PageableAllocator();
   auto loader = *Loader::Create(o);
   std::vector<Batch> held;
-  Status err;
-  for (int i = 0; i < 10 && err.ok(); ++i) {
-    auto b = loader->next();
-    if (b.ok()) held.push_back(*b); else err = b.status();
-  }
+  Status err = testing::HoldBatchesUntilError(loader.get(), &held);
   EXPECT_EQ(err.code(), StatusCode::kUnavailable) << err;
   EXPECT_NE(err.message().find("holds every batch slot"), std::string::npos) << err;
   EXPECT_EQ(held.size(), 4u);

@@ -77,6 +77,15 @@ LoaderOptions FieldOptions(const std::string& manifest) {
   return o;
 }
 
+Status HoldBatchesUntilError(Loader* loader, std::vector<Batch>* held, int tries) {
+  for (int i = 0; i < tries; ++i) {
+    auto b = loader->next();
+    if (!b.ok()) return b.status();
+    held->push_back(*b);
+  }
+  return Status::OK();
+}
+
 std::vector<int64_t> DrainIds(Loader* loader, int64_t max_batches) {
   std::vector<int64_t> ids;
   for (int64_t b = 0; max_batches < 0 || b < max_batches; ++b) {

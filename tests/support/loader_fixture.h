@@ -43,6 +43,10 @@ LoaderOptions FieldOptions(const std::string& manifest);
 // order (from the "x.npy" field). Fails the test on an error.
 std::vector<int64_t> DrainIds(Loader* loader, int64_t max_batches = -1);
 
+// Takes batches without releasing any into *held, until next() fails (at
+// most `tries` calls); returns that error (OK if none came).
+Status HoldBatchesUntilError(Loader* loader, std::vector<Batch>* held, int tries = 10);
+
 }  // namespace shardstream::testing
 
 #endif  // SHARDSTREAM_TESTS_SUPPORT_LOADER_FIXTURE_H_
