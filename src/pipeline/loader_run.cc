@@ -165,6 +165,20 @@ int LoaderRun::Assemble() {
   return -1;
 }
 
+// The sample's bytes are in the batch now. Its views keep the read chunks
+// they point into alive; dropped here, a chunk goes back to the reader's pool
+// as soon as its last sample is placed, still in cache, instead of when the
+// ring slot is refilled a ring later. Larger samples (fewer to a chunk)
+// otherwise keep more chunks alive than the pool keeps, and every read then
+// goes into a chunk freshly faulted in.
+void LoaderRun::ReleaseChunks(LaneItem* item) {
+  for (Field& f : item->sample.fields) {
+    f.data = {};
+    f.owner.reset();
+  }
+  item->decoded.data = {};
+}
+
 Status LoaderRun::Process(LaneItem* item) {
   const Sample& s = item->sample;
   RowInput row;
@@ -192,6 +206,7 @@ Status LoaderRun::Process(LaneItem* item) {
     row.fields = refs_.data();
     st = batcher_->Add(row);
   }
+  ReleaseChunks(item);
   // A bad sample under a skip policy is dropped and counted; the batch in
   // progress is untouched (decoding and checks come before any write).
   if (!st.ok() && st.code() == StatusCode::kCorrupt && opt_.error_policy != ErrorPolicy::kRaise) {

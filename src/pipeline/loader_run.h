@@ -69,6 +69,7 @@ class LoaderRun {
   // the epoch is complete (*want = -1).
   Status Advance(int* want);
   Status Process(LaneItem* item);  // after the shuffle: decode and batch
+  static void ReleaseChunks(LaneItem* item);  // once its bytes are placed
   Status Emit(Batch&& b);
 
   RunConfig config_;
