@@ -109,6 +109,19 @@ size_t RssBytes() {
   return pages_rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
+// Small batches of "x.npy" and the padding, two lanes, a 12 MiB budget.
+LoaderOptions BudgetOptions(const std::string& manifest) {
+  LoaderOptions o = FieldOptions(manifest);
+  o.fields = {FieldSpec{"x.npy"}, FieldSpec{"pad.bin", "", FieldDecode::kRaw}};
+  o.batch_size = 4;
+  o.prefetch = 2;
+  o.open_shards = 2;
+  o.reader_threads = 2;
+  o.variable_bytes = 64 << 10;
+  o.memory_budget = 12 << 20;
+  return o;
+}
+
 // Drains the epoch; the resident set may grow by less than the budget
 // (not checked under sanitizers, whose shadow memory counts too).
 void ExpectRssWithinBudget(Loader* loader, uint64_t budget, uint64_t* seen) {
@@ -132,17 +145,10 @@ TEST(LoaderFaultTest, RssStaysWithinBudgetOnDataTwentyTimesLarger) {
   DatasetSpec spec{8, 320};
   spec.pad_bytes = 100 << 10;  // ~100 KiB samples, 250 MiB in all
   auto d = testing::WriteDataset(dir.path(), spec);
-  LoaderOptions o = FieldOptions(d.manifest);
-  o.fields = {FieldSpec{"x.npy"}, FieldSpec{"pad.bin", "", FieldDecode::kRaw}};
-  o.batch_size = 4;
-  o.prefetch = 2;
-  o.open_shards = 2;
-  o.reader_threads = 2;
+  LoaderOptions o = BudgetOptions(d.manifest);  // 12 MiB: the data set is 20 times larger
   o.read_chunk = 256 << 10;
   o.shard_queue = 4;
   o.shuffle_buffer = 8;
-  o.variable_bytes = 64 << 10;
-  o.memory_budget = 12 << 20;  // the data set is 20 times larger
   auto loader = Loader::Create(o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   uint64_t seen = 0;
@@ -160,16 +166,9 @@ TEST(LoaderFaultTest, RssStaysWithinBudgetWhenRingsAreBoundByBytes) {
   DatasetSpec spec{4, 500};
   spec.pad_bytes = 40 << 10;  // over half a 64 KiB read chunk: a buffer each
   auto d = testing::WriteDataset(dir.path(), spec);
-  LoaderOptions o = FieldOptions(d.manifest);
-  o.fields = {FieldSpec{"x.npy"}, FieldSpec{"pad.bin", "", FieldDecode::kRaw}};
-  o.batch_size = 4;
-  o.prefetch = 2;
-  o.open_shards = 2;
-  o.reader_threads = 2;
+  LoaderOptions o = BudgetOptions(d.manifest);  // 12 MiB: the data set is over 6 times larger
   o.read_chunk = 64 << 10;
   o.shard_queue = LoaderOptions().shard_queue;  // 256: each lane cycles its ring 3 times
-  o.variable_bytes = 64 << 10;
-  o.memory_budget = 12 << 20;  // the data set is over 6 times larger
   auto loader = Loader::Create(o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   uint64_t seen = 0;
