@@ -165,12 +165,12 @@ int LoaderRun::Assemble() {
   return -1;
 }
 
-// The sample's bytes are in the batch now. Its views keep the read chunks
-// they point into alive; dropped here, a chunk goes back to the reader's pool
-// as soon as its last sample is placed, still in cache, instead of when the
-// ring slot is refilled a ring later. Larger samples (fewer to a chunk)
-// otherwise keep more chunks alive than the pool keeps, and every read then
-// goes into a chunk freshly faulted in.
+// The sample's bytes are in the batch now: its views go, so the read chunk
+// (or the sample's own buffer) is back in the reader's pool, or freed, once
+// its last sample is placed. The ring slot would otherwise keep them until a
+// worker fills it again, and rings bounded by bytes (larger samples) leave
+// most slots unfilled for long: memory the estimate does not count, and
+// chunks kept out of the pool while they are still in cache.
 void LoaderRun::ReleaseChunks(LaneItem* item) {
   for (Field& f : item->sample.fields) {
     f.data = {};
