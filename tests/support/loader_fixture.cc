@@ -77,13 +77,17 @@ LoaderOptions FieldOptions(const std::string& manifest) {
   return o;
 }
 
-Status HoldBatchesUntilError(Loader* loader, std::vector<Batch>* held, int tries) {
-  for (int i = 0; i < tries; ++i) {
+std::vector<Batch> HoldEverySlot(Loader* loader, size_t slots) {
+  std::vector<Batch> held;
+  Status err;
+  for (int i = 0; i < 10 && err.ok(); ++i) {
     auto b = loader->next();
-    if (!b.ok()) return b.status();
-    held->push_back(*b);
+    if (b.ok()) held.push_back(*b); else err = b.status();
   }
-  return Status::OK();
+  EXPECT_EQ(err.code(), StatusCode::kUnavailable) << err;
+  EXPECT_NE(err.message().find("holds every batch slot"), std::string::npos) << err;
+  EXPECT_EQ(held.size(), slots);
+  return held;
 }
 
 std::vector<int64_t> DrainIds(Loader* loader, int64_t max_batches) {
