@@ -5,6 +5,7 @@
 #define SHARDSTREAM_TESTS_SUPPORT_ALLOC_COUNTER_H_
 
 #include <cstdint>
+#include <string>
 
 namespace shardstream::testing {
 
@@ -15,6 +16,10 @@ class AllocationCounter {
   AllocationCounter();
   ~AllocationCounter();
   uint64_t count() const;
+  // The call stacks of the first few allocations the last counter counted,
+  // symbolized, so a failing expectation can say where they came from. Call
+  // it once that counter is gone (it allocates).
+  static std::string Where();
   // False in sanitizer builds, where operator new is the sanitizer's and
   // nothing is counted.
   static bool available();
