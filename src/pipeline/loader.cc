@@ -204,12 +204,10 @@ MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
   // Samples in the lane rings, and in the shuffle buffer: a shuffled sample
   // may keep its whole read chunk alive, bounded here by twice its size.
   const size_t queue = static_cast<size_t>(std::max<int64_t>(o.shard_queue, 1));
-  // A lane's ring (at most RingBytes of samples, plus the last burst of 8),
-  // plus the batch the assembler has taken from it.
-  const double take = static_cast<double>(internal::ShardLanes::TakeBatch(queue));
+  // A lane's ring (at most RingBytes of samples, plus the last burst of 8;
+  // the batch the assembler has claimed is part of it).
   const double per_lane =
-      std::min(static_cast<double>(queue) * avg,
-               static_cast<double>(internal::RingBytes(o)) + 8 * avg) + take * avg;
+      std::min(static_cast<double>(queue) * avg, static_cast<double>(internal::RingBytes(o)) + 8 * avg);
   const double shuffle = static_cast<double>(std::max<int64_t>(o.shuffle_buffer, 1));
   e.buffered = static_cast<uint64_t>(static_cast<double>(lanes) * per_lane + shuffle * std::min(2 * avg, static_cast<double>(chunk)));
   // Allocator slack (per-thread arenas, fragmentation from fields copied

@@ -12,7 +12,10 @@
 // the assembler and the readers hand over without waking each other.
 //
 // Ring items are swapped in and out, so sample storage is recycled and the
-// steady state allocates nothing here.
+// steady state allocates nothing here. The consumer reads items in their
+// ring slots: every storage passes through a reader within one ring of
+// samples, whatever the timing (a side array of taken items could keep a
+// storage idle, and its first fill allocating, arbitrarily long).
 //
 // Thread-safety: TryPop() only from the consumer step; Stop()/Cancel() from
 // any thread.
@@ -115,8 +118,8 @@ class ShardLanes {
   void Start();
   // Lane l's next item, or nullptr when it has none yet. The item is the
   // consumer's until its next TryPop(l): it may read it or swap it out.
-  // Items leave the ring in batches of TakeBatch(ring) (one lock per
-  // batch), so a lane holds up to ring + TakeBatch(ring) samples.
+  // The consumer claims items in batches of TakeBatch(ring) (one lock per
+  // batch) and hands their slots back to the reader with the next claim.
   static size_t TakeBatch(size_t ring) { return std::max<size_t>(1, std::min<size_t>(16, ring / 4)); }
   LaneItem* TryPop(int l);
   // Stops and joins the worker threads; idempotent.
@@ -136,9 +139,11 @@ class ShardLanes {
     // A worker owns the lane's reader state (below) while it fills
     // it; the lock that clears `busy` hands the state to the next one.
     bool busy = false;            // guarded by mu_
-    // Consumer side: items already taken from the ring, not yet popped.
-    std::vector<LaneItem> taken;
-    size_t taken_pos = 0, taken_count = 0;
+    // Consumer side: ring[head + i] for i < claim_count are claimed (still
+    // in `count` and `bytes`, so no reader writes them), the first
+    // claim_pos of them popped; claim_bytes is their share of `bytes`.
+    size_t claim_pos = 0, claim_count = 0;
+    uint64_t claim_bytes = 0;
     bool finished = false;        // reader side: nothing more to produce; written under mu_
     // Reader state, used by the thread that holds `busy`.
     size_t next_range = 0;

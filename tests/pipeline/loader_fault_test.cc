@@ -195,12 +195,12 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
   o.allocator = PageableAllocator();
   auto loader = *Loader::Create(o);
   // Warm up: the pool, every shard opened, and every sample storage that
-  // circulates between the rings (256 per lane), the assembler's taken
-  // batches and the shuffle buffer filled once by a reader, so its strings
-  // and field vector have their capacity. A storage that enters a ring from
-  // the shuffle buffer is first filled a whole ring later: 300 batches
-  // (about 1,500 documents) are three ring cycles per lane; 100 (one cycle)
-  // left a few first fills to the measured window on a loaded machine.
+  // circulates between the rings (256 per lane) and the shuffle buffer
+  // filled once by a reader, so its strings and field vector have their
+  // capacity. A storage that enters a ring from the shuffle buffer is
+  // first filled at most a ring later (the assembler reads items in their
+  // slots, so none waits aside): 300 batches (about 1,500 documents) are
+  // three ring cycles per lane.
   for (int i = 0; i < 300; ++i) ASSERT_FALSE(loader->next()->empty());
   uint64_t allocations;
   int batches = 0;
@@ -219,7 +219,8 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
   // Loader's tar readers keep no sample index. (Opening the next shard does
   // allocate: per shard, not per batch; both shards stay open here.)
   if (testing::AllocationCounter::available())
-    EXPECT_EQ(allocations, 0u) << "over " << batches << " batches";
+    EXPECT_EQ(allocations, 0u) << "over " << batches << " batches; first ones from:\n"
+                               << testing::AllocationCounter::Where();
   std::printf("steady state: %llu allocations over %d batches\n",
               static_cast<unsigned long long>(allocations), batches);
 }
@@ -273,8 +274,8 @@ TEST(LoaderFaultTest, ReadAheadStopsAtTheRingsByteLimitForLargeSamples) {
   ASSERT_FALSE(loader->next()->empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the reader stops on its own
   const uint64_t read = loader->stats().read_bytes["file"];
-  // Ring: 512 KiB + a burst of 8 samples; the assembler's taken batch (16
-  // samples), the queued and the held batch: under 3 MiB in all.
+  // Ring: 512 KiB + a burst of 8 samples (the assembler's claimed batch is
+  // part of it), the queued and the held batch: under 3 MiB in all.
   EXPECT_GT(read, uint64_t{512} << 10);
   EXPECT_LT(read, uint64_t{3} << 20);
   // And nothing is lost: the rest of the epoch arrives.
