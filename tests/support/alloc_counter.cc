@@ -3,8 +3,8 @@
 #include <cxxabi.h>
 #include <execinfo.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <new>

@@ -80,7 +80,7 @@ LoaderOptions FieldOptions(const std::string& manifest) {
 std::vector<Batch> HoldEverySlot(Loader* loader, size_t slots) {
   std::vector<Batch> held;
   Status err;
-  for (int i = 0; i < 10 && err.ok(); ++i) {
+  for (size_t i = 0; i <= slots && err.ok(); ++i) {  // the call after the last slot fails
     auto b = loader->next();
     if (b.ok()) held.push_back(*b); else err = b.status();
   }

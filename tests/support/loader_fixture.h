@@ -43,9 +43,9 @@ LoaderOptions FieldOptions(const std::string& manifest);
 // order (from the "x.npy" field). Fails the test on an error.
 std::vector<int64_t> DrainIds(Loader* loader, int64_t max_batches = -1);
 
-// Takes batches without releasing any until next() fails (at most 10
-// calls); expects that to be after exactly `slots` batches, with the "holds
-// every batch slot" error. Returns the batches held.
+// Takes batches without releasing any until next() fails (at most
+// slots + 1 calls); expects that to be after exactly `slots` batches, with
+// the "holds every batch slot" error. Returns the batches held.
 std::vector<Batch> HoldEverySlot(Loader* loader, size_t slots);
 
 }  // namespace shardstream::testing
