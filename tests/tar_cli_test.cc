@@ -190,6 +190,10 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   EXPECT_GT(j["tar_reader_samples_per_s"].get<double>(), 0);
   EXPECT_GT(j["loader_cpu_cores"].get<double>(), 0);
   EXPECT_TRUE(j["document_metadata"].get<bool>());
+  // The cross-core round trip: 0 when not measured (one CPU, or the other
+  // one not ours for a second under load); never negative.
+  EXPECT_GE(j["cross_core_round_trip_ns"].get<double>(), 0);
+  EXPECT_GE(j["cross_core_round_trip_ns_max"].get<double>(), j["cross_core_round_trip_ns"].get<double>());
 
   // --loader-only times the loader alone: no comparison figures at all.
   ASSERT_EQ(RunCommand(run + " --json --loader-only", &output), 0) << output;

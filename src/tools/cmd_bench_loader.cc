@@ -4,6 +4,8 @@
 // sequential read (the bandwidth ceiling) and the bare tar reader's
 // samples/s (one thread). --make-tokens / --make-samples write a synthetic
 // data set first.
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -208,6 +210,65 @@ Result<double> IdealPackSeconds(const std::vector<std::string>& urls,
   });
 }
 
+// The round trip of one cache line between two threads pinned to the first
+// two CPUs this process may use, in ns (0 with fewer than two CPUs). A VM's
+// host may place its vCPUs on cores that share a cache or far apart, and
+// change that from minute to minute; the loader hands every sample from a
+// reader to the assembler, so it slows down far more than a plain read
+// when they are far. Measured in every run, so a run's figures can be told
+// apart by it.
+double CrossCoreRoundTripNs() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return 0;
+  int cpus[2], found = 0;
+  for (int c = 0; c < CPU_SETSIZE && found < 2; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus[found++] = c;
+  if (found < 2) return 0;
+  constexpr int kTrips = 20000;
+  alignas(64) std::atomic<int> flag{0};
+  std::atomic<bool> give_up{false};
+  double ns = 0;
+  auto pin = [](int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+  };
+  // Waits for the flag to reach v; false if the other side gave up.
+  auto await = [&](int v) {
+    for (uint32_t spins = 0; flag.load(std::memory_order_acquire) != v; ++spins)
+      if ((spins & 0xffff) == 0 && give_up.load(std::memory_order_relaxed)) return false;
+    return true;
+  };
+  std::thread echo([&] {
+    pin(cpus[1]);
+    for (int i = 0; i < kTrips; ++i) {
+      if (!await(2 * i + 1)) return;
+      flag.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  std::thread ping([&] {
+    pin(cpus[0]);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kTrips; ++i) {
+      flag.store(2 * i + 1, std::memory_order_release);
+      for (uint32_t spins = 1; flag.load(std::memory_order_acquire) != 2 * i + 2; ++spins) {
+        // The other CPU may not be ours to use (taken, throttled): give up
+        // after a second rather than spin on.
+        if ((spins & 0xfff) == 0 && Since(t0) > 1.0) {
+          give_up = true;
+          return;
+        }
+      }
+    }
+    ns = Since(t0) / kTrips * 1e9;
+  });
+  ping.join();
+  echo.join();
+  return ns;
+}
+
 int Run(const Args& a) {
   if (!a.make_tokens.empty() || !a.make_samples.empty()) {
     Status s = MakeData(a);
@@ -252,7 +313,7 @@ int Run(const Args& a) {
     sizes.push_back(e.size);
     file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   }
-  std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s;
+  std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s, round_trip_ns;
   double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
@@ -289,6 +350,7 @@ int Run(const Args& a) {
     const double cpu = CpuSeconds() - cpu0;
     loader_total += lt;
     if (run == 0) continue;
+    round_trip_ns.push_back(CrossCoreRoundTripNs());
     loader_cores.push_back(cpu / lt);
     ideal_s.push_back(ideal);
     plain_s.push_back(plain);
@@ -327,6 +389,9 @@ int Run(const Args& a) {
       {"assembler_waiting_for_readers", st.reader_wait_seconds / loader_total},
       {"assembler_waiting_for_caller", st.caller_wait_seconds / loader_total},
       {"memory_kind", HostMemoryKindName(st.memory_kind)},
+      {"cross_core_round_trip_ns", Median(round_trip_ns)},
+      {"cross_core_round_trip_ns_max",
+       round_trip_ns.empty() ? 0 : *std::max_element(round_trip_ns.begin(), round_trip_ns.end())},
       {"peak_rss_bytes", PeakRssBytes()},
   };
   const double reader_sps = reader > 0 ? static_cast<double>(reader_samples) / reader : 0;
@@ -360,6 +425,9 @@ int Run(const Args& a) {
   std::cout << "assembler waited: " << 100 * j["assembler_waiting_for_readers"].get<double>()
             << "% of the time for readers, " << 100 * j["assembler_waiting_for_caller"].get<double>()
             << "% for this loop; " << j["loader_cpu_cores"].get<double>() << " cores busy"
+            << "\ncross-core:  " << j["cross_core_round_trip_ns"].get<double>()
+            << " ns round trip between two CPUs (median of the runs; max "
+            << j["cross_core_round_trip_ns_max"].get<double>() << ")"
             << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
   return 0;
 }
