@@ -211,7 +211,8 @@ Result<double> IdealPackSeconds(const std::vector<std::string>& urls,
 }
 
 // The round trip of one cache line between two threads pinned to the first
-// two CPUs this process may use, in ns (0 with fewer than two CPUs). A VM's
+// two CPUs this process may use, in ns (0, not measured, with fewer than two
+// CPUs or when one of them was not free for a second). A VM's
 // host may place its vCPUs on cores that share a cache or far apart, and
 // change that from minute to minute; the loader hands every sample from a
 // reader to the assembler, so it slows down far more than a plain read
@@ -350,7 +351,7 @@ int Run(const Args& a) {
     const double cpu = CpuSeconds() - cpu0;
     loader_total += lt;
     if (run == 0) continue;
-    round_trip_ns.push_back(CrossCoreRoundTripNs());
+    if (const double rt = CrossCoreRoundTripNs(); rt > 0) round_trip_ns.push_back(rt);  // 0: not measured
     loader_cores.push_back(cpu / lt);
     ideal_s.push_back(ideal);
     plain_s.push_back(plain);
