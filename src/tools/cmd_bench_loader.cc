@@ -351,7 +351,8 @@ int Run(const Args& a) {
     const double cpu = CpuSeconds() - cpu0;
     loader_total += lt;
     if (run == 0) continue;
-    if (const double rt = CrossCoreRoundTripNs(); rt > 0) round_trip_ns.push_back(rt);  // 0: not measured
+    // 0: not measured, left out of the median.
+    if (const double rt = CrossCoreRoundTripNs(); rt > 0) round_trip_ns.push_back(rt);
     loader_cores.push_back(cpu / lt);
     ideal_s.push_back(ideal);
     plain_s.push_back(plain);
