@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "shardstream/decode.h"
+#include "shardstream/export.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
 
@@ -105,7 +106,7 @@ struct LaneCounters {
   std::atomic<uint64_t> consumer_wait_ns{0};  // the consumer waited for an empty lane
 };
 
-class ShardLanes {
+class SHARDSTREAM_EXPORT ShardLanes {
  public:
   ShardLanes(std::vector<LaneRange> ranges, LaneConfig config, LaneCounters* counters);
   ~ShardLanes();
