@@ -10,7 +10,6 @@
 #include <future>
 #include <map>
 #include <random>
-#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -117,8 +116,10 @@ TEST_P(ShardLanesTest, ItemsInOrderInTheirSlotsAndStorageBackWithinOneRing) {
   };
   lanes = std::make_unique<ShardLanes>(ranges, lc, &counters);
   lanes->Start();
-  ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  lanes->Stop();
+  const bool finished =
+      done.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  lanes->Stop();  // before anything the consumer uses goes out of scope
+  ASSERT_TRUE(finished) << "the consumer did not finish within 60 s";
   ASSERT_TRUE(error.ok()) << error;
 
   for (int l = 0; l < p.lanes; ++l) {
