@@ -118,15 +118,15 @@ class Completer {
     cv_.notify_all();
     t_.join();
   }
-  // Every other batch, waits until this thread has completed it, so both
-  // this thread and the packer (racing for the rest) complete batches.
+  // Every other batch, waits until this thread has taken up that notice,
+  // so both this thread and the packer (racing for the rest) complete
+  // batches. It waits for the notice, not for a run: a run for an earlier
+  // notice may already have completed the batch this notice posts.
   void Notify() {
     std::unique_lock<std::mutex> lock(mu_);
-    ++posted_;
-    const bool wait = ++notified_ % 2 == 0;
-    const int target = ran_.load() + 1;
+    const int notice = ++notified_;
     cv_.notify_all();
-    if (wait) cv_.wait(lock, [&] { return ran_.load() >= target; });
+    if (notice % 2 == 0) cv_.wait(lock, [&] { return taken_ >= notice; });
   }
   int ran() const { return ran_.load(); }
 
@@ -134,23 +134,24 @@ class Completer {
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || posted_ > 0; });
+      cv_.wait(lock, [&] { return stop_ || taken_ < notified_; });
       if (stop_) return;
-      --posted_;
       lock.unlock();
-      const bool ran = p_->RunPending();
+      // Runs the posted batch, or finds it completed already (by a run for
+      // an earlier notice, or by the packer's next hand-over); either way
+      // the notice is taken up. The try-lock in RunPending cannot fail
+      // while the packer waits in Notify().
+      if (p_->RunPending()) ++ran_;
       lock.lock();
-      if (ran) {
-        ++ran_;
-        cv_.notify_all();
-      }
+      ++taken_;
+      cv_.notify_all();
     }
   }
   TokenPacker* p_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  int posted_ = 0, notified_ = 0;
+  int notified_ = 0, taken_ = 0;
   std::atomic<int> ran_{0};
   std::thread t_;
 };
