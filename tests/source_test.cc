@@ -143,6 +143,11 @@ TEST(LocalSourceTest, PreallocateBeyondTheFreeSpaceIsANoSpaceErrorNamingTheFile)
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find(std::strerror(ENOSPC)), std::string::npos) << s;
   EXPECT_NE(s.message().find(dir.Join("big")), std::string::npos) << s;
+  // Nothing was taken on the way: a reservation that fails must not fill
+  // the disk under other writers, even for a moment.
+  struct stat held;
+  ASSERT_EQ(::stat(dir.Join("big").c_str(), &held), 0);
+  EXPECT_EQ(held.st_blocks, 0);
   EXPECT_TRUE((*file)->Abort().ok());
   struct stat st;
   EXPECT_NE(::stat(dir.Join("big").c_str(), &st), 0);

@@ -79,7 +79,9 @@ class SHARDSTREAM_EXPORT WritableFile {
   virtual Status Append(std::string_view data) = 0;
   // Reserves disk space for `bytes` in all, without changing the file's
   // size: a full disk shows up here rather than part way through, and
-  // appends skip the file system's per-block allocation. Files that cannot
+  // appends skip the file system's per-block allocation. More than the
+  // free space is refused (ENOSPC) before any block is taken, so a failed
+  // reservation never fills the disk under other writers. Files that cannot
   // reserve return OK and do nothing (the default).
   virtual Status Preallocate(uint64_t bytes);
   virtual Status Sync() = 0;

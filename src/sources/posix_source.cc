@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -113,6 +114,22 @@ class PosixWritableFile final : public WritableFile {
   }
   Status Preallocate(uint64_t bytes) override {
     if (fd_.get() < 0 || bytes == 0) return Status::OK();
+    // A reservation that cannot fit is refused before fallocate: fallocate
+    // takes blocks until the disk is full before it fails, and meanwhile
+    // every other writer on the disk (a checkpoint, another download) gets
+    // ENOSPC too. Blocks the file holds already count as reserved.
+    struct statvfs vfs;
+    struct stat st;
+    if (::fstatvfs(fd_.get(), &vfs) == 0 && ::fstat(fd_.get(), &st) == 0) {
+      const uint64_t held = static_cast<uint64_t>(st.st_blocks) * 512;
+      const uint64_t need = bytes > held ? bytes - held : 0;
+      // The space any user may take: a cache has no claim on the blocks
+      // a file system keeps back for root.
+      if (need > static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize) {
+        errno = ENOSPC;
+        return Errno("reserve space for", url_, 0);
+      }
+    }
     while (::fallocate(fd_.get(), FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) != 0) {
       if (errno == EINTR) continue;
       // ENOSPC and EDQUOT are answers; anything else means "not here".
