@@ -120,7 +120,9 @@ class PosixWritableFile final : public WritableFile {
     // ENOSPC too. Blocks the file holds already count as reserved.
     struct statvfs vfs;
     struct stat st;
-    if (::fstatvfs(fd_.get(), &vfs) == 0 && ::fstat(fd_.get(), &st) == 0) {
+    // (Only where the file system reports its size: some FUSE mounts say
+    // 0 blocks; there fallocate decides.)
+    if (::fstatvfs(fd_.get(), &vfs) == 0 && vfs.f_blocks > 0 && ::fstat(fd_.get(), &st) == 0) {
       const uint64_t held = static_cast<uint64_t>(st.st_blocks) * 512;
       const uint64_t need = bytes > held ? bytes - held : 0;
       // The space any user may take: a cache has no claim on the blocks
