@@ -38,10 +38,12 @@
 
 #include "shardstream/decode.h"
 #include "shardstream/tar_reader.h"
+#include "tools/bench_util.h"
 
 namespace {
 
 using namespace shardstream;
+using tools::Median;
 
 struct Span {
   uint64_t header = 0;  // the sample's first tar header
@@ -93,8 +95,9 @@ bool Scan(const std::string& path, const std::string& field, Shard* out) {
   }
   out->path = path;
   out->fd = ::open(path.c_str(), O_RDONLY);
+  if (out->fd < 0 || out->spans.empty()) return false;
   out->size = static_cast<uint64_t>(::lseek(out->fd, 0, SEEK_END));
-  return out->fd >= 0 && !out->spans.empty();
+  return true;
 }
 
 // One thread's buffers, touched before timing.
@@ -116,17 +119,6 @@ struct Buffers {
     return p;
   }
 };
-
-bool ReadAll(int fd, char* p, size_t n, uint64_t off) {
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-    off += static_cast<uint64_t>(r);
-  }
-  return true;
-}
 
 void Plain(const Shard& s, Buffers* b) {
   for (uint64_t off = 0; off < s.size; off += kChunk)
@@ -176,11 +168,6 @@ void OneCopy(const Shard& s, Buffers* b) {
 
 void Headers(const Shard& s, Buffers* b) {
   for (const Span& sp : s.spans) (void)!::pread(s.fd, b->scratch.get(), kHeaderRead, static_cast<off_t>(sp.header));
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 }  // namespace
