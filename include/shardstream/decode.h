@@ -104,6 +104,13 @@ SHARDSTREAM_EXPORT Result<DecodedField> DecodeField(std::string_view bytes, cons
 // of the bad byte.
 SHARDSTREAM_EXPORT Result<DecodedField> DecodeNpy(std::string_view bytes, const FieldContext& ctx);
 
+// Parses only the header of a .npy field of `field_bytes` bytes, given its
+// first bytes `head` (the header must lie within them): dtype and shape,
+// checked against field_bytes, with empty data; *payload is where the
+// values start. Errors as DecodeNpy.
+SHARDSTREAM_EXPORT Result<DecodedField> DecodeNpyHeader(std::string_view head, uint64_t field_bytes,
+                                                        const FieldContext& ctx, size_t* payload);
+
 // Writes a version-1 .npy file (for tests, tools and examples).
 SHARDSTREAM_EXPORT std::string EncodeNpy(DType dtype, const std::vector<int64_t>& shape,
                                          std::string_view data);

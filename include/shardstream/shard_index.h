@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "shardstream/dtype.h"
 #include "shardstream/export.h"
 #include "shardstream/result.h"
 #include "shardstream/source.h"
@@ -23,18 +24,38 @@ struct SampleIndexEntry {
   uint64_t length = 0;   // bytes up to the end of its last member's padded data
   uint32_t nfields = 0;  // members that became fields
   std::string key;
+  uint64_t first_field = 0;  // its fields: SampleIndex::fields[first_field, +nfields)
+};
+
+// Where one field's bytes lie (version 2 indexes), so a reader can read a
+// field straight into place. For an .npy field also where its values start
+// and what they are, so token documents can be placed before they are read.
+struct SampleIndexField {
+  std::string name;       // "tokens.npy"
+  uint64_t offset = 0;    // of the member's data in the (uncompressed) tar
+  uint64_t size = 0;      // the member's data bytes
+  int32_t ndim = -1;      // -1: not an .npy array (or not one it could parse)
+  DType dtype = DType::kUint8;
+  uint64_t payload = 0;   // .npy: offset of the values (after the header)
+  uint64_t count = 0;     // .npy: number of values
+  uint64_t header_hash = 0;  // .npy: XXH3-64 of its header, [offset, payload)
 };
 
 struct SampleIndex {
   uint64_t shard_size = 0;  // bytes of the shard file the index describes
   bool compressed = false;  // offsets are then into the decompressed stream
   std::vector<SampleIndexEntry> samples;
+  // Every sample's fields, in order (empty when read from a version 1 file).
+  std::vector<SampleIndexField> fields;
+  bool has_fields() const { return !samples.empty() && !fields.empty(); }
 };
 
 // The sidecar's url: "<shard url>.idx".
 SHARDSTREAM_EXPORT std::string IndexUrlFor(const std::string& shard_url);
 
-// Serializes / parses the binary sidecar format. Parse fails with kCorrupt
+// Serializes / parses the binary sidecar format: version 2 with the field
+// records, version 1 (read as well) when `fields` is empty or does not
+// cover every sample. Parse fails with kCorrupt
 // (naming `url`) on a bad magic, a truncated file, a bad checksum or entries
 // that are not increasing.
 SHARDSTREAM_EXPORT std::string SerializeSampleIndex(const SampleIndex& index);

@@ -160,7 +160,7 @@ Status ParseHeader(std::string_view b, size_t header_start, size_t header_len,
 }
 
 // Checks the dtype and the data's size against the shape.
-Result<DecodedField> Finish(std::string_view b, size_t header_start, size_t header_len,
+Result<DecodedField> Finish(uint64_t field_bytes, size_t header_start, size_t header_len,
                             std::string_view descr, const FieldContext& ctx, DecodedField out) {
   if (descr.size() >= 1 && descr[0] == '>' && descr.size() == 3 && descr[2] != '1')
     return FieldError(ctx, header_start,
@@ -179,18 +179,18 @@ Result<DecodedField> Finish(std::string_view b, size_t header_start, size_t head
   }
   const size_t data_start = header_start + header_len;
   const uint64_t want = n * DTypeSize(out.dtype);
-  if (want != b.size() - data_start)
+  if (want != field_bytes - data_start)
     return FieldError(ctx, data_start,
                       "shape and dtype " + std::string(DTypeName(out.dtype)) + " need " +
                           std::to_string(want) + " data bytes, field has " +
-                          std::to_string(b.size() - data_start));
-  out.data = b.substr(data_start);
+                          std::to_string(field_bytes - data_start));
   return out;
 }
 
 }  // namespace
 
-Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
+Result<DecodedField> DecodeNpyHeader(std::string_view b, uint64_t field_bytes,
+                                     const FieldContext& ctx, size_t* payload) {
   static const char kMagic[] = "\x93NUMPY";
   if (b.size() < 10 || std::memcmp(b.data(), kMagic, 6) != 0)
     return FieldError(ctx, 0, "not a .npy file (bad magic)");
@@ -207,9 +207,12 @@ Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
     header_len = u8(8) | (u8(9) << 8) | (u8(10) << 16) | (u8(11) << 24);
     header_start = 12;
   }
-  if (header_len > b.size() - header_start)
+  if (header_len > field_bytes - header_start)
     return FieldError(ctx, 8, "header length " + std::to_string(header_len) +
-                                  " runs past the field's " + std::to_string(b.size()) + " bytes");
+                                  " runs past the field's " + std::to_string(field_bytes) + " bytes");
+  if (header_len > b.size() - header_start)
+    return FieldError(ctx, 8, "header length " + std::to_string(header_len) + " runs past the " +
+                                  std::to_string(b.size()) + " header bytes expected");
   std::string_view descr;
   DecodedField out;
   out.is_tensor = true;
@@ -218,7 +221,15 @@ Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
     out.is_tensor = true;
     SHARDSTREAM_RETURN_IF_ERROR(ParseHeader(b, header_start, header_len, ctx, &descr, &out));
   }
-  return Finish(b, header_start, header_len, descr, ctx, std::move(out));
+  *payload = header_start + header_len;
+  return Finish(field_bytes, header_start, header_len, descr, ctx, std::move(out));
+}
+
+Result<DecodedField> DecodeNpy(std::string_view b, const FieldContext& ctx) {
+  size_t payload = 0;
+  SHARDSTREAM_ASSIGN_OR_RETURN(DecodedField out, DecodeNpyHeader(b, b.size(), ctx, &payload));
+  out.data = b.substr(payload);
+  return out;
 }
 
 std::string EncodeNpy(DType dtype, const std::vector<int64_t>& shape, std::string_view data) {

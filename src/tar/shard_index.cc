@@ -6,13 +6,15 @@
 
 #include <cstring>
 
+#include "shardstream/decode.h"
 #include "shardstream/url.h"
+#include "tar/index_field.h"
 
 namespace shardstream {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'S', 'T', 'A', 'R', 'I', 'D', 'X'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 1: no field records; still read
 
 void Put32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -24,18 +26,12 @@ void Put64(std::string* out, uint64_t v) {
 class Cursor {
  public:
   explicit Cursor(std::string_view d) : d_(d) {}
-  bool Get32(uint32_t* v) {
-    if (d_.size() < 4) return false;
-    *v = 0;
-    for (int i = 0; i < 4; ++i) *v |= uint32_t{static_cast<unsigned char>(d_[i])} << (8 * i);
-    d_.remove_prefix(4);
-    return true;
-  }
-  bool Get64(uint64_t* v) {
-    if (d_.size() < 8) return false;
-    *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= uint64_t{static_cast<unsigned char>(d_[i])} << (8 * i);
-    d_.remove_prefix(8);
+  bool Get32(uint32_t* v) { return GetLE(v); }
+  bool Get64(uint64_t* v) { return GetLE(v); }
+  bool Get8(uint8_t* v) {
+    if (d_.empty()) return false;
+    *v = static_cast<uint8_t>(d_[0]);
+    d_.remove_prefix(1);
     return true;
   }
   bool GetBytes(size_t n, std::string* out) {
@@ -47,6 +43,21 @@ class Cursor {
   size_t left() const { return d_.size(); }
 
  private:
+  // An index of a million samples loads each epoch: whole words, not bytes.
+  template <typename T>
+  bool GetLE(T* v) {
+    if (d_.size() < sizeof(T)) return false;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    std::memcpy(v, d_.data(), sizeof(T));
+#else
+    T x = 0;
+    for (size_t i = 0; i < sizeof(T); ++i)
+      x |= static_cast<T>(T{static_cast<unsigned char>(d_[i])} << (8 * i));
+    *v = x;
+#endif
+    d_.remove_prefix(sizeof(T));
+    return true;
+  }
   std::string_view d_;
 };
 
@@ -56,7 +67,11 @@ std::string IndexUrlFor(const std::string& shard_url) { return shard_url + ".idx
 
 std::string SerializeSampleIndex(const SampleIndex& index) {
   std::string out(kMagic, sizeof(kMagic));
-  Put32(&out, kVersion);
+  // Without field records (an index made by hand) it is a version 1 file.
+  bool v2 = !index.fields.empty();
+  for (const auto& e : index.samples)
+    v2 = v2 && e.first_field <= index.fields.size() && e.nfields <= index.fields.size() - e.first_field;
+  Put32(&out, v2 ? kVersion : 1u);
   Put32(&out, index.compressed ? 1u : 0u);
   Put64(&out, index.shard_size);
   Put64(&out, index.samples.size());
@@ -66,6 +81,19 @@ std::string SerializeSampleIndex(const SampleIndex& index) {
     Put32(&out, e.nfields);
     Put32(&out, static_cast<uint32_t>(e.key.size()));
     out += e.key;
+    for (uint64_t j = e.first_field; v2 && j < e.first_field + e.nfields; ++j) {
+      const SampleIndexField& f = index.fields[j];
+      Put32(&out, static_cast<uint32_t>(f.name.size()));
+      out += f.name;
+      Put64(&out, f.offset);
+      Put64(&out, f.size);
+      out.push_back(static_cast<char>(f.ndim < 0 ? 0xff : f.ndim));
+      out.push_back(static_cast<char>(f.dtype));
+      out.append(2, '\0');
+      Put64(&out, f.payload);
+      Put64(&out, f.count);
+      Put64(&out, f.header_hash);
+    }
   }
   Put64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
@@ -91,10 +119,12 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
   SampleIndex index;
   if (!c.Get32(&version) || !c.Get32(&flags) || !c.Get64(&index.shard_size) || !c.Get64(&n))
     return bad("truncated header", sizeof(kMagic));
-  if (version != kVersion) return bad("unsupported version " + std::to_string(version), 8);
+  if (version != 1 && version != kVersion)
+    return bad("unsupported version " + std::to_string(version), 8);
   index.compressed = (flags & 1) != 0;
   if (n > c.left() / 24) return bad("sample count " + std::to_string(n) + " exceeds the file", 24);
   index.samples.resize(n);
+  if (version > 1) index.fields.reserve(n);
   uint64_t prev_end = 0;
   for (uint64_t i = 0; i < n; ++i) {
     auto& e = index.samples[i];
@@ -107,10 +137,65 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
         e.offset > index.shard_size - e.length)
       return bad("sample " + std::to_string(i) + " out of order or past the shard's end", at);
     prev_end = e.offset + e.length;
+    if (version == 1) continue;
+    e.first_field = index.fields.size();
+    for (uint32_t j = 0; j < e.nfields; ++j) {
+      at = body.size() - c.left();
+      if (c.left() < 48) return bad("truncated at a field of sample " + std::to_string(i), at);
+      SampleIndexField f;
+      uint32_t namelen = 0;
+      uint8_t ndim = 0, dtype = 0, pad = 0;
+      if (!c.Get32(&namelen) || !c.GetBytes(namelen, &f.name) || !c.Get64(&f.offset) ||
+          !c.Get64(&f.size) || !c.Get8(&ndim) || !c.Get8(&dtype) || !c.Get8(&pad) ||
+          !c.Get8(&pad) || !c.Get64(&f.payload) || !c.Get64(&f.count) || !c.Get64(&f.header_hash))
+        return bad("truncated at a field of sample " + std::to_string(i), at);
+      f.ndim = ndim == 0xff ? -1 : ndim;
+      f.dtype = static_cast<DType>(dtype);
+      const bool inside = f.offset >= e.offset && f.size <= prev_end - f.offset &&
+                          f.offset <= prev_end;
+      bool ok = inside && (f.ndim == -1 || f.ndim <= kMaxDims);
+      if (ok && f.ndim >= 0) {
+        // The values fill the field's data after the header, exactly.
+        ok = dtype <= static_cast<uint8_t>(DType::kFloat64) && f.payload >= f.offset &&
+             f.payload <= f.offset + f.size &&
+             f.count <= (f.offset + f.size - f.payload) / DTypeSize(f.dtype) &&
+             f.count * DTypeSize(f.dtype) == f.offset + f.size - f.payload;
+      }
+      if (!ok) return bad("field " + std::to_string(j) + " of sample " + std::to_string(i) +
+                              " lies outside the sample or does not add up", at);
+      index.fields.push_back(std::move(f));
+    }
   }
   if (c.left() != 0) return bad("trailing bytes", body.size() - c.left());
   return index;
 }
+
+namespace internal {
+
+void MakeIndexField(std::string_view name, uint64_t offset, std::string_view data,
+                    SampleIndexField* out) {
+  out->name.assign(name.data(), name.size());
+  out->offset = offset;
+  out->size = data.size();
+  out->ndim = -1;
+  out->dtype = DType::kUint8;
+  out->payload = 0;
+  out->count = 0;
+  out->header_hash = 0;
+  if (DecodeForName(name) != FieldDecode::kNpy) return;
+  size_t payload = 0;
+  auto h = DecodeNpyHeader(data, data.size(), FieldContext{}, &payload);
+  if (!h.ok()) return;
+  uint64_t count = 1;
+  for (int i = 0; i < h->ndim; ++i) count *= static_cast<uint64_t>(h->shape[i]);
+  out->ndim = h->ndim;
+  out->dtype = h->dtype;
+  out->payload = offset + payload;
+  out->count = count;
+  out->header_hash = XXH3_64bits(data.data(), payload);
+}
+
+}  // namespace internal
 
 Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source) {
   Source* src = source ? source : DefaultSource().get();

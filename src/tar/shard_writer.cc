@@ -8,6 +8,7 @@
 #include "shardstream/checksum.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/url.h"
+#include "tar/index_field.h"
 #include "tar/member_stream.h"
 #include "tar/tar_format.h"
 
@@ -91,8 +92,13 @@ class ShardWriterImpl final : public ShardWriter {
     entry.offset = tar_bytes_;
     entry.key = sample.key;
     entry.nfields = static_cast<uint32_t>(fields.size());
-    for (const Field* f : fields)
+    entry.first_field = index_.fields.size();
+    for (const Field* f : fields) {
       SHARDSTREAM_RETURN_IF_ERROR(Track(WriteMember(sample.key + "." + f->name, f->data)));
+      index_.fields.emplace_back();
+      internal::MakeIndexField(f->name, tar_bytes_ - PaddedSize(f->data.size()), f->data,
+                               &index_.fields.back());
+    }
     entry.length = tar_bytes_ - entry.offset;
     index_.samples.push_back(std::move(entry));
     ++nsamples_;

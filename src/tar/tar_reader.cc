@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "shardstream/url.h"
 #include "tar/byte_stream.h"
+#include "tar/index_field.h"
 #include "tar/member_stream.h"
 
 namespace shardstream {
@@ -166,6 +167,11 @@ class TarReaderImpl final : public TarReader {
     e.length = end_offset - s->offset;
     e.nfields = static_cast<uint32_t>(s->fields.size());
     e.key = s->key;
+    e.first_field = index_.fields.size();
+    for (const Field& f : s->fields) {
+      index_.fields.emplace_back();
+      internal::MakeIndexField(f.name, f.offset, f.data, &index_.fields.back());
+    }
     return true;
   }
 
