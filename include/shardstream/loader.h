@@ -95,6 +95,9 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   // Cache hits / opens through the cache; -1 without a cache.
   double cache_hit_rate = -1;
   uint64_t skipped_samples = 0, skipped_shards = 0;
+  // Token documents read straight into their batches (LoaderOptions::
+  // direct_reads); the others went through read buffers.
+  uint64_t direct_samples = 0;
   HostMemoryKind memory_kind = HostMemoryKind::kPageable;
   uint64_t slot_bytes = 0, slots = 0;
   uint64_t heap_spills = 0;    // batches whose byte fields spilled to the heap

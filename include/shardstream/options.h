@@ -137,6 +137,14 @@ struct LoaderOptions {
   ErrorPolicy error_policy = ErrorPolicy::kRaise;
   // Tar reader engine. Default: kFast.
   TarEngine engine = TarEngine::kFast;
+  // Token batches: read each document from its shard straight into the
+  // batch (one copy instead of two), placed by the shard's sample index.
+  // Used for uncompressed local shards with a version 2 index (written by
+  // `shardstream index`, `shardstream pack --index`, ShardWriter) whose
+  // token field is a 1-D .npy of `tokens.dtype`, under kRaise, without a
+  // cache or a custom source; other shards are read the usual way. The
+  // batches are the same either way. Default: true.
+  bool direct_reads = true;
   // Seconds between "loader: ..." log lines; 0 for none. Default: 0.
   double log_interval_s = 0;
 };

@@ -83,7 +83,8 @@ def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapp
                    memory_budget: Union[int, str, None] = None,
                    variable_bytes: Union[int, str, None] = None,
                    read_chunk: Union[int, str, None] = None, shard_queue: Optional[int] = None,
-                   engine: Optional[str] = None, log_interval_s: Optional[float] = None) -> Dict[str, Any]:
+                   engine: Optional[str] = None, log_interval_s: Optional[float] = None,
+                   direct_reads: bool = True) -> Dict[str, Any]:
     """The native options dict for these keyword arguments (see :class:`Loader`)."""
     if shuffle_buffer is not None and shuffle_size is not None and shuffle_buffer != shuffle_size:
         raise _core_config_error("give shuffle_buffer or its alias shuffle_size, not both")
@@ -105,6 +106,7 @@ def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapp
         "pinned": pinned, "error_policy": error_policy, "memory_budget": parse_size(memory_budget),
         "variable_bytes": parse_size(variable_bytes), "read_chunk": parse_size(read_chunk),
         "shard_queue": shard_queue, "engine": engine, "log_interval_s": log_interval_s,
+        "direct_reads": direct_reads,
     }
     if cache_dir is not None:
         limit = parse_size(cache_limit)
@@ -149,7 +151,9 @@ class Loader:
     [2], ``open_shards`` [4], ``cache_dir`` / ``cache_limit`` (a node-local
     shard cache, e.g. ``"20GiB"``), ``pinned`` [True: CUDA pinned memory when
     a GPU is present], ``error_policy`` ["raise", "skip_shard",
-    "skip_sample"], ``memory_budget``.
+    "skip_sample"], ``memory_budget``, ``direct_reads`` [True: token
+    documents from uncompressed local shards with a version 2 sample index
+    are read straight into the batch; see docs/pipeline.md].
 
     Iterating yields the rest of the current epoch; iterating again after an
     epoch ended starts the next one. Threads start at the first batch, so a

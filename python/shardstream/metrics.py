@@ -10,6 +10,7 @@ _COUNTERS = {
     "bytes": "Tensor bytes in the returned batches",
     "skipped_samples": "Samples skipped by the error policy",
     "skipped_shards": "Shards skipped by the error policy",
+    "direct_samples": "Token documents read straight into their batches",
     "heap_spills": "Batches whose variable-length fields spilled to the heap",
     "reader_wait_seconds": "Seconds the assembler waited for a lane to get a sample",
     "caller_wait_seconds": "Seconds the assembler waited for the caller (queue full or no free slot)",

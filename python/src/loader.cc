@@ -57,6 +57,7 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["cache_hit_rate"] = s.cache_hit_rate;
   d["skipped_samples"] = s.skipped_samples;
   d["skipped_shards"] = s.skipped_shards;
+  d["direct_samples"] = s.direct_samples;
   d["memory_kind"] = std::string(HostMemoryKindName(s.memory_kind));
   d["slot_bytes"] = s.slot_bytes;
   d["slots"] = s.slots;

@@ -145,6 +145,7 @@ LoaderOptions LoaderOptionsFromDict(const py::dict& d) {
       else if (k == "shuffle_initial") o.shuffle_initial = v.cast<int64_t>();
       else if (k == "batch_size") o.batch_size = v.cast<int64_t>();
       else if (k == "drop_last") o.drop_last = v.cast<bool>();
+      else if (k == "direct_reads") o.direct_reads = v.cast<bool>();
       else if (k == "fields") {
         for (py::handle f : v) o.fields.push_back(FieldOf(f));
       } else if (k == "tokens") o.tokens = TokensOf(v.cast<py::dict>());

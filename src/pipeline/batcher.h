@@ -10,6 +10,7 @@
 #define SHARDSTREAM_PIPELINE_BATCHER_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "pipeline/batch_layout.h"
+#include "pipeline/direct_reads.h"
 #include "shardstream/decode.h"
 #include "shardstream/options.h"
 #include "shardstream/pinned_pool.h"
@@ -123,8 +125,12 @@ class SHARDSTREAM_EXPORT TokenPacker {
   const SlotSource& slots() const { return slots_; }
   // Appends one document (a 1-D integer tensor). Tokens that do not fit are
   // carried into the next row and batch. `skip` tokens at its start were
-  // already delivered before a restore and are not emitted again.
-  Status Add(const RowInput& row, const DecodedField& tokens, int64_t skip = 0);
+  // already delivered before a restore and are not emitted again. With
+  // `direct`, `tokens` has no data: the document is read from its shard
+  // into the batch before the batch is emitted (its dtype must be the
+  // batch's).
+  Status Add(const RowInput& row, const DecodedField& tokens, int64_t skip = 0,
+             const DirectDoc* direct = nullptr);
   // Emits the partial batch (rows filled so far, the last padded).
   Status Flush();
   // Where the document being written stands (for resume state).
@@ -132,16 +138,22 @@ class SHARDSTREAM_EXPORT TokenPacker {
   int64_t col() const { return col_; }
 
   // Completing batches elsewhere. With `notify` set, a full batch's
-  // per-token metadata (doc_ids and positions, or mask and positions) is
-  // not written by Add: the batch waits, with the list of its stores, until
-  // some thread calls RunPending (the loader's idle worker), while Add goes
-  // on packing the next one; `notify` tells the workers there is one.
-  // Without it, or without metadata, batches are written whole and emitted
-  // by Add and Flush. At most one batch waits: Add completes it itself
-  // before handing over the next. Set before the first Add.
+  // direct reads and per-token metadata (doc_ids and positions, or mask and
+  // positions) are not done by Add: the batch waits, with the list of its
+  // reads and stores, for threads that call RunPending (the loader's idle
+  // workers), while Add goes on packing the next ones; `notify` tells the
+  // workers there is one. Reads are cut into jobs that several threads run
+  // at once; batches are emitted in order, each once its reads are done,
+  // by the thread that finds it so (writing its metadata first). Without
+  // `notify`, or with neither direct documents (set_direct) nor metadata,
+  // batches are completed and emitted by Add and Flush. At most
+  // kMaxPending batches wait: Add helps complete the oldest before handing
+  // over another. Set both before the first Add.
   void set_notify(std::function<void()> notify) { notify_ = std::move(notify); }
-  // Writes the waiting batch's metadata and emits it; false when there is
-  // none or another thread is at it. Any thread.
+  void set_direct(bool direct) { direct_ = direct; }
+  // Runs a job of the oldest waiting batch that has one left, then emits
+  // the batches whose reads are done; false when there was nothing to do
+  // or another thread holds the list. Any thread.
   bool RunPending();
   // Emits the waiting batch, if any (waiting for a thread at it): before
   // the end of the data or an error, so batches keep their order. Returns
@@ -153,6 +165,8 @@ class SHARDSTREAM_EXPORT TokenPacker {
   // token when real < k) from src into the token row at `base`.
   struct CopyOp {
     const char* src = nullptr;
+    const DirectDoc* direct = nullptr;  // instead of src: read at value byte `from`
+    uint64_t from = 0;
     size_t base = 0;
     int64_t real = 0, k = 0;
     int32_t pos0 = 0, doc = 0;
@@ -174,7 +188,16 @@ class SHARDSTREAM_EXPORT TokenPacker {
   // EnsureBatch, but never waiting for a slot while a batch waits to be
   // completed (the caller may need that batch to give a slot back).
   Status StartBatch();
-  void RunLocked();  // under pending_mu_, with a batch waiting
+  // Under pending_mu_ (released while a job runs): RunPending's work;
+  // false when there was nothing to do.
+  bool StepLocked(std::unique_lock<std::mutex>& lock);
+  // Under pending_mu_: until at most `left` batches wait, runs their jobs
+  // or waits for the threads running them.
+  void DrainLocked(std::unique_lock<std::mutex>& lock, size_t left);
+  struct Pending;
+  void FinishLocked(Pending* p);  // its metadata and emit, under pending_mu_
+  // Without notify: the batch's reads, here and now.
+  Status RunReads();
 
   TokenOptions opt_;
   int64_t batch_size_;
@@ -183,20 +206,29 @@ class SHARDSTREAM_EXPORT TokenPacker {
   int64_t col_ = 0;      // next column in it
   int32_t doc_in_row_ = 0;
   bool meta_ = false;    // the layout has per-token metadata
-  bool defer_ = false;   // meta_ and a notify: metadata written by RunPending
+  bool direct_ = false;  // documents may come with a DirectDoc
+  bool defer_ = false;   // (meta_ or direct_) and a notify: completed by RunPending
   std::function<void()> notify_;
   std::vector<MetaOp> ops_;  // of the batch being packed (defer_)
-  // The batch handed over, waiting for its metadata.
+  DirectReads reads_;        // of the batch being packed
+  // A batch handed over, waiting for its reads and metadata.
   struct Pending {
-    bool waiting = false;
     Batch batch;
     std::vector<MetaOp> ops;  // swapped with ops_: both keep their capacity
+    DirectReads reads;        // swapped with reads_, likewise
+    size_t next_job = 0, jobs_done = 0;
+    Status read_error;
     char* positions = nullptr;
     char* second = nullptr;
   };
+  // Two: the workers go on with the next batch's reads while the last job
+  // of the previous one ends, rather than sleep until it is handed over.
+  static constexpr size_t kMaxPending = 2;
   std::mutex pending_mu_;
-  Pending pending_;       // guarded by pending_mu_
-  Status pending_error_;  // the first failed emit; guarded by pending_mu_
+  std::condition_variable pending_cv_;  // a waiting batch was emitted
+  Pending pending_[kMaxPending];        // a ring; guarded by pending_mu_
+  size_t pending_head_ = 0, pending_count_ = 0;
+  Status pending_error_;  // the first failed read or emit; guarded by pending_mu_
 };
 
 }  // namespace shardstream::internal

@@ -423,6 +423,7 @@ LoaderStats Loader::stats() const {
   }
   s.skipped_samples = c.skipped_samples + c.decode_skips;
   s.skipped_shards = c.skipped_shards;
+  s.direct_samples = c.direct_samples;
   s.memory_kind = static_cast<HostMemoryKind>(c.memory_kind.load());
   s.slot_bytes = c.slot_bytes;
   s.slots = static_cast<uint64_t>(std::max<int64_t>(m.opt.prefetch, 1)) + 2;

@@ -82,7 +82,13 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     // placing the tokens: the readers do it, ahead of the assembler.
     // Process() relies on it: every sample item reaches it decoded.
     lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
+    lc.direct = opt_.direct_reads && spec.decode == FieldDecode::kNpy &&
+                opt_.error_policy == ErrorPolicy::kRaise && opt_.cache == nullptr &&
+                opt_.source == nullptr;
+    lc.direct_field = spec.name;
+    lc.direct_dtype = opt_.tokens.dtype;
   }
+  const bool direct = lc.direct;
   lc.consume = [this] { return Assemble(); };
   // A batch's doc_ids and positions are written by an idle worker while
   // the assembler packs the next batch (the assembler is one worker at a
@@ -101,6 +107,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   if (!opt_.tokens.field.empty()) {
     packer_ = std::make_unique<TokenPacker>(opt_.tokens, opt_.batch_size, pool, emit);
     packer_->set_notify([this] { lanes_->PostSide(); });
+    packer_->set_direct(direct);
     packer_->slots().set_epoch(config_.epoch, config_.urls);
   } else {
     batcher_ = std::make_unique<SampleBatcher>(opt_.fields, opt_.batch_size, pool, emit);
@@ -177,6 +184,7 @@ void LoaderRun::ReleaseChunks(LaneItem* item) {
     f.owner.reset();
   }
   item->decoded.data = {};
+  item->direct.shard.reset();  // the batch's reads keep the shard
 }
 
 Status LoaderRun::Process(LaneItem* item) {
@@ -194,7 +202,7 @@ Status LoaderRun::Process(LaneItem* item) {
         auto it = config_.skip_tokens.find({item->shard, s.index});
         if (it != config_.skip_tokens.end()) skip = it->second;
       }
-      st = packer_->Add(row, item->decoded, skip);
+      st = packer_->Add(row, item->decoded, skip, item->direct.valid() ? &item->direct : nullptr);
     } else {
       st = item->decode_status;
     }

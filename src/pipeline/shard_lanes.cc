@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "common/log.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/url.h"
 
@@ -178,8 +179,14 @@ void ShardLanes::Run() {
     if (side_) {
       side_ = false;
       lock.unlock();
-      config_.side();
+      const bool did = config_.side();
       lock.lock();
+      if (did) {
+        // There may be more (a batch's reads come in several jobs): this
+        // worker comes back for it, and a sleeping one may help.
+        side_ = true;
+        if (sleepers_ > 0) space_.notify_one();
+      }
       continue;
     }
     Lane* lane = PickLane(/*wanting_only=*/!after_burst);
@@ -243,6 +250,10 @@ void ShardLanes::Run() {
 }
 
 void ShardLanes::FlushCount(Lane* lane) {
+  if (lane->unpublished_direct > 0) {
+    counters_->direct_samples += lane->unpublished_direct;
+    lane->unpublished_direct = 0;
+  }
   // CloseReader flushes at the end of each range, so what is left belongs
   // to the range being read.
   if (lane->unpublished_bytes == 0 || lane->next_range >= lane->ranges.size()) return;
@@ -252,6 +263,7 @@ void ShardLanes::FlushCount(Lane* lane) {
 
 void ShardLanes::CloseReader(Lane* lane) {
   FlushCount(lane);
+  lane->direct.reset();
   if (!lane->reader) return;
   const TarStats& st = lane->reader->stats();
   counters_->skipped_samples += st.skipped_samples;
@@ -276,6 +288,13 @@ void ShardLanes::Count(size_t range, uint64_t bytes) {
 Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) {
   lane->read = 0;
   int64_t skip = r.first;
+  if (config_.direct && config_.cache == nullptr && config_.tar.source == nullptr) {
+    std::string why;
+    lane->direct = OpenDirectShard(r.ref.url, config_.direct_field, config_.direct_dtype, r.first,
+                                   r.end, config_.ring_bytes, &why);
+    if (lane->direct != nullptr) return Status::OK();
+    Log().debug("reading {} through read buffers, not directly: {}", RedactUrl(r.ref.url), why);
+  }
   if (config_.cache != nullptr) {
     // Tell the cache what comes after this range, so it downloads ahead
     // (ranges are opened roughly in plan order across the lanes).
@@ -338,7 +357,8 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
     std::lock_guard<std::mutex> lock(mu_);
     lane->finished = true;
   };
-  if (!lane->reader) {
+  item->direct = DirectDoc();
+  if (!lane->reader && !lane->direct) {
     Status s = OpenRange(lane, r, item);
     if (!s.ok()) {
       if (config_.tar.policy == ErrorPolicy::kSkipShard || config_.tar.policy == ErrorPolicy::kSkipSample) {
@@ -351,6 +371,10 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
     }
   }
   if (r.end >= 0 && lane->read == r.end - r.first) return finish_range();
+  if (lane->direct) {
+    if (!ProduceDirect(lane, r, item)) finish_range();
+    return;
+  }
   auto more = lane->reader->Next(&item->sample);
   if (!more.ok()) return fail(more.status());
   if (!*more) {
@@ -369,6 +393,34 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   item->bytes = item->sample.bytes();
   lane->unpublished_bytes += item->bytes;
   if (config_.prepare) config_.prepare(item);
+}
+
+bool ShardLanes::ProduceDirect(Lane* lane, const LaneRange& r, LaneItem* item) {
+  const DirectShard& d = *lane->direct;
+  const int64_t i = r.first + lane->read;
+  if (i >= static_cast<int64_t>(d.index.samples.size())) return false;
+  const SampleIndexEntry& e = d.index.samples[static_cast<size_t>(i)];
+  ++lane->read;
+  item->kind = LaneItem::kSample;
+  item->shard = r.shard;
+  Sample& s = item->sample;
+  s.key = e.key;
+  s.url = d.url;
+  s.index = i;
+  s.offset = e.offset;
+  s.fields.clear();
+  item->direct.shard = lane->direct;
+  item->direct.sample = i;
+  const SampleIndexField& f = item->direct.field();
+  item->decoded = DecodedField();
+  item->decoded.is_tensor = true;
+  item->decoded.ndim = 1;
+  item->decoded.shape[0] = static_cast<int64_t>(f.count);
+  item->decoded.dtype = f.dtype;
+  item->decode_status = Status::OK();
+  lane->unpublished_bytes += e.length;  // read later, but from this file
+  ++lane->unpublished_direct;
+  return true;
 }
 
 }  // namespace shardstream::internal

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "pipeline/direct_reads.h"
 #include "shardstream/decode.h"
 #include "shardstream/export.h"
 #include "shardstream/shard_cache.h"
@@ -59,6 +60,9 @@ struct LaneItem {
   size_t decoded_field = 0;  // index in sample.fields
   DecodedField decoded;
   Status decode_status;
+  // Set instead of `sample`'s fields when the lane reads directly: the
+  // token document is read later, straight into its batch (direct_reads.h).
+  DirectDoc direct;
   // Member-wise (the shuffle buffer and the rings swap items).
   friend void swap(LaneItem& a, LaneItem& b) noexcept {
     using std::swap;
@@ -70,6 +74,8 @@ struct LaneItem {
     swap(a.decoded_field, b.decoded_field);
     swap(a.decoded, b.decoded);
     swap(a.decode_status, b.decode_status);
+    a.direct.shard.swap(b.direct.shard);
+    swap(a.direct.sample, b.direct.sample);
   }
 };
 
@@ -96,6 +102,12 @@ struct LaneConfig {
   // batches to complete): runs it if there is some, returning whether it did.
   // Comes before filling lanes; may run while a worker holds the consumer.
   std::function<bool()> side;
+  // Token documents: read directly (no bytes in the ring; see
+  // direct_reads.h) where a range allows it, else the usual way. Only
+  // without a cache and a custom source.
+  bool direct = false;
+  std::string direct_field;
+  DType direct_dtype = DType::kInt32;
 };
 
 struct LaneCounters {
@@ -103,6 +115,7 @@ struct LaneCounters {
   std::atomic<uint64_t> bytes_cache{0};
   std::atomic<uint64_t> cache_hits{0}, cache_opens{0};
   std::atomic<uint64_t> skipped_samples{0}, skipped_shards{0};
+  std::atomic<uint64_t> direct_samples{0};
   std::atomic<uint64_t> consumer_wait_ns{0};  // the consumer waited for an empty lane
 };
 
@@ -150,7 +163,9 @@ class SHARDSTREAM_EXPORT ShardLanes {
     size_t next_range = 0;
     int64_t read = 0;
     uint64_t unpublished_bytes = 0;  // read since the last burst, not yet counted
+    uint64_t unpublished_direct = 0;  // direct samples, likewise
     std::unique_ptr<TarReader> reader;
+    std::shared_ptr<const DirectShard> direct;  // instead of `reader`
     // Shared with the reader's stream so Cancel() can reach a read blocked
     // in TarReader::Open as safely as one blocked later. Guarded by mu_.
     std::shared_ptr<CachedShard> cached;
@@ -173,6 +188,8 @@ class SHARDSTREAM_EXPORT ShardLanes {
   }
   void Run();
   void Produce(Lane* lane, LaneItem* item);
+  // The next sample of a direct range; false at its end.
+  bool ProduceDirect(Lane* lane, const LaneRange& r, LaneItem* item);
   Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);
   void CloseReader(Lane* lane);
   void FlushCount(Lane* lane);

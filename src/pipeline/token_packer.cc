@@ -67,12 +67,12 @@ Status TokenPacker::Init() {
   }
   if (!pack) cols.push_back(col("lengths", DType::kInt32, false));
   meta_ = !pack || opt_.document_metadata;
-  defer_ = meta_ && notify_ != nullptr;
+  defer_ = (meta_ || direct_) && notify_ != nullptr;
   // Pieces of documents and row ends: enough for typical packing; more
   // grows the list once, and it keeps its capacity.
   if (defer_) {
     ops_.reserve(static_cast<size_t>(batch_size_) * 10);
-    pending_.ops.reserve(ops_.capacity());
+    for (Pending& p : pending_) p.ops.reserve(ops_.capacity());
   }
   // A row holds at most seq_len documents; 8 per row covers typical packing,
   // more spills the batch's sample list to the heap.
@@ -110,6 +110,8 @@ void TokenPacker::Apply(const CopyOp& op) {
   char* tok = w.column(kTokens) + op.base * tsz;
   if (op.real == 0) {
     // only the end-of-document token in this piece
+  } else if (op.direct != nullptr) {
+    reads_.AddValues(*op.direct, op.from, tok, static_cast<size_t>(op.real) * tsz);
   } else if (op.dtype == opt_.dtype) {
     std::memcpy(tok, op.src, static_cast<size_t>(op.real) * tsz);
   } else {
@@ -140,27 +142,50 @@ void TokenPacker::AddMeta(const MetaOp& op) {
 }
 
 Status TokenPacker::Complete() {
-  if (!defer_) return slots_.EmitBatch();
   BatchWriter& w = slots_.writer();
-  if (!w.active()) return Status::OK();
-  char* positions = w.column(kPositions);
-  char* second = w.column(kSecond);
-  Batch b = slots_.FinishBatch();
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    if (pending_.waiting) RunLocked();  // nobody took the previous one yet
-    if (!pending_error_.ok()) {
-      ops_.clear();
-      return pending_error_;
+  if (!defer_) {
+    if (!reads_.empty()) {
+      Status s = RunReads();
+      if (!s.ok()) {
+        if (w.active()) (void)slots_.FinishBatch();  // not emitted: its tokens are not all there
+        return s;
+      }
     }
-    pending_.batch = std::move(b);
-    pending_.ops.swap(ops_);  // ops_ gets the list RunLocked emptied
-    pending_.positions = positions;
-    pending_.second = second;
-    pending_.waiting = true;
+    return slots_.EmitBatch();
   }
+  if (!w.active()) return Status::OK();
+  char* positions = meta_ ? w.column(kPositions) : nullptr;
+  char* second = meta_ ? w.column(kSecond) : nullptr;
+  Batch b = slots_.FinishBatch();
+  reads_.Plan();
+  std::unique_lock<std::mutex> lock(pending_mu_);
+  DrainLocked(lock, kMaxPending - 1);  // room for this one: help the oldest along
+  if (!pending_error_.ok()) {
+    ops_.clear();
+    reads_.Clear();
+    return pending_error_;
+  }
+  Pending& p = pending_[(pending_head_ + pending_count_) % kMaxPending];
+  p.batch = std::move(b);
+  p.ops.swap(ops_);  // ops_ gets the list FinishLocked emptied
+  swap(p.reads, reads_);
+  p.next_job = 0;
+  p.jobs_done = 0;
+  p.read_error = Status::OK();
+  p.positions = positions;
+  p.second = second;
+  ++pending_count_;
+  lock.unlock();
   notify_();
   return Status::OK();
+}
+
+Status TokenPacker::RunReads() {
+  reads_.Plan();
+  Status s;
+  for (size_t j = 0; j < reads_.jobs() && s.ok(); ++j) s = reads_.RunJob(j);
+  reads_.Clear();
+  return s;
 }
 
 Status TokenPacker::StartBatch() {
@@ -169,32 +194,73 @@ Status TokenPacker::StartBatch() {
   return slots_.EnsureBatch();
 }
 
-void TokenPacker::RunLocked() {
-  for (const MetaOp& op : pending_.ops) Meta(op, pending_.positions, pending_.second);
-  pending_.ops.clear();
-  pending_.waiting = false;
-  Status s = slots_.Emit(std::move(pending_.batch));
-  pending_.batch = Batch();
-  if (!s.ok() && pending_error_.ok()) pending_error_ = std::move(s);
+bool TokenPacker::StepLocked(std::unique_lock<std::mutex>& lock) {
+  bool did = false;
+  for (size_t k = 0; k < pending_count_; ++k) {
+    Pending& p = pending_[(pending_head_ + k) % kMaxPending];
+    if (p.next_job == p.reads.jobs()) continue;
+    const size_t j = p.next_job++;
+    const bool failed = !p.read_error.ok() || !pending_error_.ok();
+    lock.unlock();
+    // p stays put: it is not emitted (nor its slot reused) before this job
+    // is counted, and nobody else touches p.reads until then.
+    Status s = failed ? Status::OK() : p.reads.RunJob(j);
+    lock.lock();
+    if (!s.ok() && p.read_error.ok()) p.read_error = std::move(s);
+    ++p.jobs_done;
+    did = true;
+    break;
+  }
+  while (pending_count_ > 0) {
+    Pending& p = pending_[pending_head_];
+    if (p.jobs_done < p.reads.jobs()) break;
+    FinishLocked(&p);
+    pending_head_ = (pending_head_ + 1) % kMaxPending;
+    --pending_count_;
+    pending_cv_.notify_all();
+    did = true;
+  }
+  return did;
+}
+
+void TokenPacker::FinishLocked(Pending* p) {
+  if (!p->read_error.ok() && pending_error_.ok()) pending_error_ = p->read_error;
+  // After an error nothing more is emitted: a batch whose tokens are not
+  // all there, or any after it, would break the order.
+  if (pending_error_.ok()) {
+    for (const MetaOp& op : p->ops) Meta(op, p->positions, p->second);
+    Status s = slots_.Emit(std::move(p->batch));
+    if (!s.ok()) pending_error_ = std::move(s);
+  }
+  p->batch = Batch();
+  p->ops.clear();
+  p->reads.Clear();
+}
+
+void TokenPacker::DrainLocked(std::unique_lock<std::mutex>& lock, size_t left) {
+  while (pending_count_ > left)
+    if (!StepLocked(lock)) pending_cv_.wait(lock);
 }
 
 bool TokenPacker::RunPending() {
   std::unique_lock<std::mutex> lock(pending_mu_, std::try_to_lock);
-  if (!lock.owns_lock() || !pending_.waiting) return false;
-  RunLocked();
-  return true;
+  if (!lock.owns_lock()) return false;
+  return StepLocked(lock);
 }
 
 Status TokenPacker::FinishPending() {
-  std::lock_guard<std::mutex> lock(pending_mu_);
-  if (pending_.waiting) RunLocked();
+  std::unique_lock<std::mutex> lock(pending_mu_);
+  DrainLocked(lock, 0);
   return pending_error_;
 }
 
-Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip) {
+Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip,
+                        const DirectDoc* direct) {
   FieldContext ctx{row.key, opt_.field, row.url, row.offset};
   if (!tokens.is_tensor || tokens.ndim != 1 || !IsInteger(tokens.dtype))
     return FieldError(ctx, 0, "token field is not a 1-D integer array");
+  if (direct != nullptr && tokens.dtype != opt_.dtype)
+    return FieldError(ctx, 0, "a document read directly must have the batch's dtype");
   if (!slots_.ready()) SHARDSTREAM_RETURN_IF_ERROR(Init());
   const bool pack = opt_.layout == TokenLayout::kPack;
   const int64_t n = tokens.shape[0];
@@ -209,14 +275,21 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
     slots_.writer().AddSample(row.id, row.key);
     return Status::OK();
   }
+  bool check = direct != nullptr;
   while (done < total) {
     SHARDSTREAM_RETURN_IF_ERROR(StartBatch());
     BatchWriter& w = slots_.writer();
+    if (check) {  // the headers, in the batch that takes its first tokens
+      reads_.AddCheck(*direct);
+      check = false;
+    }
     CopyOp op;
     op.k = std::min(total - done, L - col_);
     op.base = static_cast<size_t>(row_ * L + col_);
     op.real = std::max<int64_t>(0, std::min(op.k, n - done));  // document tokens
-    op.src = src + static_cast<size_t>(std::min(done, n)) * isz;
+    op.src = direct ? nullptr : src + static_cast<size_t>(std::min(done, n)) * isz;
+    op.direct = direct;
+    op.from = static_cast<uint64_t>(std::min(done, n)) * isz;
     op.pos0 = static_cast<int32_t>(done);
     op.doc = doc_in_row_;
     op.dtype = tokens.dtype;

@@ -44,7 +44,7 @@ struct Args {
   int64_t shard_queue = 256;
   std::string chunk_size = "512KiB";
   bool json = false;
-  bool no_metadata = false;
+  bool no_metadata = false, no_direct = false;
   bool loader_only = false;
 };
 
@@ -298,6 +298,7 @@ int Run(const Args& a) {
     o.tokens.field = a.tokens_field;
     o.tokens.seq_len = a.seq_len;
     o.tokens.document_metadata = !a.no_metadata;
+    o.direct_reads = !a.no_direct;
   } else {
     for (const std::string& f : a.fields) o.fields.push_back(FieldSpec{f});
   }
@@ -381,6 +382,7 @@ int Run(const Args& a) {
       {"shard_queue", a.shard_queue},
       {"shuffle_buffer", a.shuffle},
       {"document_metadata", !a.tokens_field.empty() && !a.no_metadata},
+      {"direct_reads", !a.tokens_field.empty() && !a.no_direct},
       {"batches_per_s", static_cast<double>(batches) / lt},
       {"samples_per_s", static_cast<double>(samples) / lt},
       {"loader_file_gb_per_s", loader_gbs},
@@ -461,6 +463,8 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_option("--runs", a->runs, "Timed epochs (after one warm-up); medians")->capture_default_str();
   sub->add_flag("--json", a->json, "Print JSON");
   sub->add_flag("--no-document-metadata", a->no_metadata, "Token batches without doc_ids/positions");
+  sub->add_flag("--no-direct-reads", a->no_direct,
+                "Token batches: read through read buffers (two copies), not straight into the batch");
   sub->add_flag("--loader-only", a->loader_only,
                 "Time only the loader (for profiling; no plain read, no ratios)");
   sub->callback([a] { ExitWith(Run(*a)); });

@@ -176,7 +176,8 @@ TEST(LoaderFaultTest, RssStaysWithinBudgetWhenRingsAreBoundByBytes) {
   EXPECT_GT(seen, uint64_t{6} * o.memory_budget);
 }
 
-TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
+// Direct reads (the default for these shards) or through read buffers.
+void ExpectNoAllocationPerBatch(bool direct) {
   TempDir dir;
   DatasetSpec spec{2, 1500};  // both shards open all along (open_shards 2)
   spec.tokens = true;
@@ -193,6 +194,7 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
   o.open_shards = 2;
   o.read_chunk = 8 << 20;  // larger than a shard: one read chunk per shard
   o.allocator = PageableAllocator();
+  o.direct_reads = direct;
   auto loader = *Loader::Create(o);
   // Warm up: the pool, every shard opened, and every sample storage that
   // circulates between the rings (256 per lane) and the shuffle buffer
@@ -221,8 +223,20 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) {
   if (testing::AllocationCounter::available())
     EXPECT_EQ(allocations, 0u) << "over " << batches << " batches; first ones from:\n"
                                << testing::AllocationCounter::Where();
-  std::printf("steady state: %llu allocations over %d batches\n",
-              static_cast<unsigned long long>(allocations), batches);
+  std::printf("steady state (%s): %llu allocations over %d batches\n",
+              direct ? "direct reads" : "read buffers", static_cast<unsigned long long>(allocations),
+              batches);
+  if (direct) {
+    EXPECT_GT(loader->stats().direct_samples, 1500u);
+  } else {
+    EXPECT_EQ(loader->stats().direct_samples, 0u);
+  }
+}
+
+TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) { ExpectNoAllocationPerBatch(true); }
+
+TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatchThroughReadBuffers) {
+  ExpectNoAllocationPerBatch(false);
 }
 
 // A token batch waiting for its doc_ids and positions holds no slot of its

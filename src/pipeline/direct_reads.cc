@@ -1,0 +1,303 @@
+#include "pipeline/direct_reads.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "shardstream/decode.h"
+#include "shardstream/url.h"
+#include "tar/tar_format.h"
+
+namespace shardstream::internal {
+namespace {
+
+// Bytes between two pieces read along (into a scratch buffer) rather than
+// skipped with a second read: a read costs about as much as copying 8 KiB.
+constexpr uint64_t kMaxGap = uint64_t{16} << 10;
+// A job: about this many bytes, so the workers share a batch's reads.
+constexpr uint64_t kJobBytes = uint64_t{512} << 10;
+constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
+constexpr uint64_t kMaxHeaders = 4096 + kTarBlock;
+
+Status Mismatch(const DirectShard& s, uint64_t offset, int64_t sample, const std::string& what) {
+  const SampleIndexEntry& e = s.index.samples[static_cast<size_t>(sample)];
+  return Status(StatusCode::kCorrupt,
+                "shard " + s.url + " does not match its sample index at byte " +
+                    std::to_string(offset) + " (sample '" + e.key + "'): " + what +
+                    "; rebuild the index with `shardstream index`",
+                s.url, static_cast<int64_t>(offset));
+}
+
+// Whether the ustar name (and prefix) of `h` spell `key`.`field` exactly,
+// without building the string (this runs once per document).
+bool NameIs(const char* h, const std::string& key, const std::string& field) {
+  std::string_view name = FieldString(h + Ustar::kName, Ustar::kNameLen);
+  std::string_view prefix;
+  if (std::memcmp(h + Ustar::kMagic, "ustar", 5) == 0)
+    prefix = FieldString(h + Ustar::kPrefix, Ustar::kPrefixLen);
+  const size_t want = key.size() + 1 + field.size();
+  const size_t have = prefix.empty() ? name.size() : prefix.size() + 1 + name.size();
+  if (want != have) return false;
+  // Walk "<prefix>/<name>" against "<key>.<field>".
+  std::string_view path[3] = {prefix, prefix.empty() ? std::string_view() : "/", name};
+  std::string_view expect[3] = {key, ".", field};
+  size_t pi = 0, ei = 0;
+  while (pi < 3 && ei < 3) {
+    if (path[pi].empty()) {
+      ++pi;
+      continue;
+    }
+    if (expect[ei].empty()) {
+      ++ei;
+      continue;
+    }
+    const size_t n = std::min(path[pi].size(), expect[ei].size());
+    if (path[pi].substr(0, n) != expect[ei].substr(0, n)) return false;
+    path[pi].remove_prefix(n);
+    expect[ei].remove_prefix(n);
+  }
+  return true;
+}
+
+// Whether the ustar size field holds `want`: the usual 11 octal digits
+// and a NUL or space compared as they are, anything else parsed.
+bool SizeIs(const char* field, uint64_t want) {
+  char canon[12];
+  uint64_t v = want;
+  for (int i = 10; i >= 0; --i, v >>= 3) canon[i] = static_cast<char>('0' + (v & 7));
+  if (v == 0 && std::memcmp(field, canon, 11) == 0 && (field[11] == '\0' || field[11] == ' '))
+    return true;
+  const auto got = ParseNumber(field, Ustar::kSizeLen);
+  return got && *got == want;
+}
+
+// preadv until every byte of `iov` is in, or an error naming the shard.
+Status ReadFully(const DirectShard& s, uint64_t offset, iovec* iov, size_t n) {
+  while (n > 0) {
+    const ssize_t got = ::preadv(s.fd, iov, static_cast<int>(n), static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return Status(StatusCode::kIo, "reading shard " + s.url + " at byte " + std::to_string(offset) +
+                                         ": " + std::strerror(errno),
+                    s.url, static_cast<int64_t>(offset));
+    }
+    if (got == 0)
+      return Status(StatusCode::kCorrupt,
+                    "shard " + s.url + " ends at byte " + std::to_string(offset) +
+                        ", before what its sample index places there (the shard changed "
+                        "after it was indexed?)",
+                    s.url, static_cast<int64_t>(offset));
+    offset += static_cast<uint64_t>(got);
+    size_t left = static_cast<size_t>(got);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+DirectShard::~DirectShard() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
+                                                   DType dtype, int64_t first, int64_t end,
+                                                   uint64_t max_index_bytes, std::string* why) {
+  const std::string path = LocalPath(url);
+  if (path.empty()) {
+    *why = "not a local file";
+    return nullptr;
+  }
+  auto index = ReadSampleIndex(url);
+  if (!index.ok()) {
+    *why = index.status().ToString();
+    return nullptr;
+  }
+  if (index->compressed || !index->has_fields()) {
+    *why = index->compressed ? "compressed" : "its index is version 1 (`shardstream index` rebuilds it)";
+    return nullptr;
+  }
+  const uint64_t n = index->samples.size();
+  const uint64_t bytes = n * (sizeof(SampleIndexEntry) + sizeof(uint32_t)) +
+                         index->fields.size() * sizeof(SampleIndexField);
+  if (bytes > max_index_bytes) {
+    *why = "its index takes " + std::to_string(bytes) + " bytes in memory, more than " +
+           std::to_string(max_index_bytes);
+    return nullptr;
+  }
+  const uint64_t last = end < 0 ? n : static_cast<uint64_t>(end);
+  if (first < 0 || static_cast<uint64_t>(first) > last || last > n) {
+    *why = "the index lists " + std::to_string(n) + " samples, fewer than the plan";
+    return nullptr;
+  }
+  auto s = std::make_shared<DirectShard>();
+  s->field.assign(n, UINT32_MAX);
+  for (uint64_t i = static_cast<uint64_t>(first); i < last; ++i) {
+    const SampleIndexEntry& e = index->samples[i];
+    for (uint64_t j = e.first_field; j < e.first_field + e.nfields; ++j) {
+      const SampleIndexField& f = index->fields[j];
+      if (f.name != field) continue;
+      if (f.ndim == 1 && f.dtype == dtype && f.payload - f.offset + kTarBlock <= kMaxHeaders &&
+          f.offset >= e.offset + kTarBlock)
+        s->field[i] = static_cast<uint32_t>(j);
+      break;
+    }
+    if (s->field[i] == UINT32_MAX) {
+      *why = "sample " + std::to_string(i) + " has no 1-D " + std::string(DTypeName(dtype)) +
+             " field '" + field + "' by its index";
+      return nullptr;
+    }
+  }
+  s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (s->fd < 0 || ::fstat(s->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != index->shard_size) {
+    *why = s->fd < 0 ? std::string(std::strerror(errno)) : "its index is stale";
+    return nullptr;
+  }
+  s->url = RedactUrl(url);
+  s->index = std::move(*index);
+  return s;
+}
+
+void DirectReads::Keep(const DirectDoc& doc) {
+  // A batch draws from a few shards at a time.
+  for (auto it = keep_.rbegin(); it != keep_.rend(); ++it)
+    if (*it == doc.shard) return;
+  keep_.push_back(doc.shard);
+}
+
+void DirectReads::AddCheck(const DirectDoc& doc) {
+  Keep(doc);
+  const SampleIndexField& f = doc.field();
+  Piece p;
+  p.shard = doc.shard.get();
+  p.offset = f.offset - kTarBlock;
+  p.len = f.payload - p.offset;
+  p.check = doc.sample;
+  p.side = side_bytes_;
+  side_bytes_ += static_cast<size_t>(p.len);
+  pieces_.push_back(p);
+}
+
+void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size_t bytes) {
+  if (bytes == 0) return;
+  Keep(doc);
+  Piece p;
+  p.shard = doc.shard.get();
+  p.offset = doc.field().payload + from;
+  p.len = bytes;
+  p.dst = dst;
+  pieces_.push_back(p);
+}
+
+void DirectReads::Plan() {
+  if (side_.size() < side_bytes_) side_.resize(side_bytes_);
+  for (Piece& p : pieces_)
+    if (p.check >= 0) p.dst = side_.data() + p.side;
+  // By shard, each in file order. A batch draws from a few shards, each
+  // read forward, so this gathers the pieces shard by shard (keeping their
+  // order) and sorts only a shard whose pieces are out of order (a
+  // shuffle buffer's doing): most batches need no sort.
+  auto by_offset = [](const Piece& a, const Piece& b) { return a.offset < b.offset; };
+  gathered_.clear();
+  for (const auto& shard : keep_) {
+    const size_t from = gathered_.size();
+    for (const Piece& p : pieces_)
+      if (p.shard == shard.get()) gathered_.push_back(p);
+    if (!std::is_sorted(gathered_.begin() + static_cast<ptrdiff_t>(from), gathered_.end(), by_offset))
+      std::sort(gathered_.begin() + static_cast<ptrdiff_t>(from), gathered_.end(), by_offset);
+  }
+  pieces_.swap(gathered_);
+  jobs_.clear();
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    if (i == 0 || pieces_[i].shard != pieces_[i - 1].shard || bytes >= kJobBytes) {
+      jobs_.push_back(i);
+      bytes = 0;
+    }
+    bytes += pieces_[i].len;
+  }
+  if (!pieces_.empty()) jobs_.push_back(pieces_.size());
+}
+
+Status DirectReads::RunJob(size_t j) {
+  // Per worker, kept: a job allocates nothing.
+  thread_local std::vector<iovec> iov;
+  thread_local std::unique_ptr<char[]> gap;
+  if (!gap) {
+    gap.reset(new char[kMaxGap]);
+    iov.reserve(kMaxIov);
+  }
+  const size_t end = jobs_[j + 1];
+  for (size_t i = jobs_[j]; i < end;) {
+    const Piece& head = pieces_[i];
+    const uint64_t start = head.offset;
+    uint64_t pos = start;
+    iov.clear();
+    size_t k = i;
+    for (; k < end; ++k) {
+      const Piece& p = pieces_[k];
+      if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || iov.size() + 2 > kMaxIov)) break;
+      if (p.offset > pos) iov.push_back(iovec{gap.get(), static_cast<size_t>(p.offset - pos)});
+      iov.push_back(iovec{p.dst, static_cast<size_t>(p.len)});
+      pos = p.offset + p.len;
+    }
+    SHARDSTREAM_RETURN_IF_ERROR(ReadFully(*head.shard, start, iov.data(), iov.size()));
+    for (size_t c = i; c < k; ++c)
+      if (pieces_[c].check >= 0) SHARDSTREAM_RETURN_IF_ERROR(Check(pieces_[c]));
+    i = k;
+  }
+  return Status::OK();
+}
+
+Status DirectReads::Check(const Piece& p) const {
+  const DirectShard& s = *p.shard;
+  const SampleIndexEntry& e = s.index.samples[static_cast<size_t>(p.check)];
+  const SampleIndexField& f = s.index.fields[s.field[static_cast<size_t>(p.check)]];
+  const char* h = p.dst;
+  // What placing the values relies on: a file of that size and name there.
+  // (The header's checksum only tells a damaged header from another one.)
+  const char type = h[Ustar::kTypeflag];
+  const bool file = (type == '0' || type == '\0' || type == '7') && SizeIs(h + Ustar::kSize, f.size);
+  // A long name lives in a pax or GNU header before this one; the index
+  // was made from it, and the ustar name here may be cut short.
+  const bool named = e.key.size() + 1 + f.name.size() > Ustar::kNameLen || NameIs(h, e.key, f.name);
+  if (!file || !named) {
+    if (!ChecksumMatches(h)) return Mismatch(s, p.offset, p.check, "no intact tar header there (bad checksum)");
+    if (!file)
+      return Mismatch(s, p.offset, p.check,
+                      "the tar header is not that of a " + std::to_string(f.size) + "-byte file");
+    return Mismatch(s, p.offset, p.check, "the member there is not " + e.key + "." + f.name);
+  }
+  // The .npy header as indexed, byte for byte; else say what is wrong.
+  const size_t npy_len = static_cast<size_t>(p.len) - kTarBlock;
+  if (XXH3_64bits(h + kTarBlock, npy_len) == f.header_hash) return Status::OK();
+  size_t payload = 0;
+  auto npy = DecodeNpyHeader(std::string_view(h + kTarBlock, static_cast<size_t>(p.len) - kTarBlock),
+                             f.size, FieldContext{e.key, f.name, s.url, f.offset}, &payload);
+  if (!npy.ok()) return npy.status();
+  return Mismatch(s, f.offset, p.check, "its .npy header differs from the indexed one");
+}
+
+void DirectReads::Clear() {
+  pieces_.clear();
+  keep_.clear();
+  side_bytes_ = 0;
+  jobs_.clear();
+}
+
+}  // namespace shardstream::internal

@@ -1,0 +1,103 @@
+// Direct reads: token documents read from an uncompressed local shard
+// straight into their place in a batch slot, one copy (page cache to slot)
+// instead of two (page cache to a read buffer, then to the slot). The
+// shard's version 2 sample index says where every document's values lie,
+// so the packer places documents before a byte of them is read; a batch's
+// reads then run as a few vectored reads (preadv) per shard, on whichever
+// workers are free. The tar and .npy headers in front of each document are
+// read along and checked against the index, so a shard that does not match
+// its index fails with its url and the byte offset, never with wrong tokens.
+#ifndef SHARDSTREAM_PIPELINE_DIRECT_READS_H_
+#define SHARDSTREAM_PIPELINE_DIRECT_READS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardstream/dtype.h"
+#include "shardstream/result.h"
+#include "shardstream/shard_index.h"
+
+namespace shardstream::internal {
+
+// An open shard and its index, shared by the lane that opened it and every
+// document placed from it; the file closes with the last of them.
+struct DirectShard {
+  DirectShard() = default;
+  DirectShard(const DirectShard&) = delete;
+  DirectShard& operator=(const DirectShard&) = delete;
+  ~DirectShard();
+  int fd = -1;
+  std::string url;  // credentials redacted
+  SampleIndex index;
+  std::vector<uint32_t> field;  // per sample: its token field, in index.fields
+};
+
+// Opens `url` for direct reads of `field` in samples [first, end) (end -1:
+// to the last), or returns null with the reason in *why, and the lane reads
+// the usual way. It needs a local file, a version 2 index that is not stale
+// and, in every one of those samples, `field` as a 1-D .npy array of
+// `dtype` with headers of at most 4 KiB; and the index in memory must stay
+// within `max_index_bytes` (what the lane's read buffers would take).
+std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
+                                                   DType dtype, int64_t first, int64_t end,
+                                                   uint64_t max_index_bytes, std::string* why);
+
+// A document placed by index: its shard and sample there.
+struct DirectDoc {
+  std::shared_ptr<const DirectShard> shard;
+  int64_t sample = -1;
+  bool valid() const { return shard != nullptr; }
+  const SampleIndexField& field() const {
+    return shard->index.fields[shard->field[static_cast<size_t>(sample)]];
+  }
+};
+
+// One batch's reads. Add* by one thread, then Plan(), then RunJob(j) for
+// each j once, on any threads at once; Clear() keeps the capacity.
+class DirectReads {
+ public:
+  // Reads and checks the document's headers (once per document and batch).
+  void AddCheck(const DirectDoc& doc);
+  // `bytes` of the document's values, from value byte `from`, to dst.
+  void AddValues(const DirectDoc& doc, uint64_t from, char* dst, size_t bytes);
+  bool empty() const { return pieces_.empty(); }
+  // Sorts the pieces by shard and offset and cuts them into jobs.
+  void Plan();
+  size_t jobs() const { return jobs_.empty() ? 0 : jobs_.size() - 1; }
+  Status RunJob(size_t j);
+  void Clear();
+  friend void swap(DirectReads& a, DirectReads& b) noexcept {
+    a.pieces_.swap(b.pieces_);
+    a.gathered_.swap(b.gathered_);
+    a.keep_.swap(b.keep_);
+    a.side_.swap(b.side_);
+    std::swap(a.side_bytes_, b.side_bytes_);
+    a.jobs_.swap(b.jobs_);
+  }
+
+ private:
+  struct Piece {
+    const DirectShard* shard = nullptr;
+    uint64_t offset = 0, len = 0;
+    char* dst = nullptr;   // values; headers: set by Plan()
+    int64_t check = -1;    // headers: the sample whose field they precede
+    size_t side = 0;       // headers: their place in side_
+  };
+  void Keep(const DirectDoc& doc);
+  Status Check(const Piece& p) const;
+
+  std::vector<Piece> pieces_;
+  std::vector<Piece> gathered_;  // Plan()'s, swapped with pieces_
+  std::vector<std::shared_ptr<const DirectShard>> keep_;  // the shards in use
+  std::vector<char> side_;  // headers read for the checks
+  size_t side_bytes_ = 0;
+  std::vector<size_t> jobs_;  // each job's first piece, and the end
+};
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_DIRECT_READS_H_

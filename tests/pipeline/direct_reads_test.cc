@@ -1,0 +1,293 @@
+// Token documents read straight into their batches (LoaderOptions::
+// direct_reads): the same batches as through read buffers, the same resume,
+// and a shard that no longer matches its index fails with its url and the
+// byte offset instead of yielding wrong tokens.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardstream/loader.h"
+#include "shardstream/shard_index.h"
+#include "support/loader_fixture.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::DatasetSpec;
+using testing::TempDir;
+
+LoaderOptions TokenOptions(const std::string& manifest) {
+  LoaderOptions o;
+  o.manifest = manifest;
+  o.tokens.field = "tokens.npy";
+  o.tokens.seq_len = 64;
+  o.tokens.eod_token = -1;
+  o.batch_size = 4;
+  o.shuffle_buffer = 0;
+  o.allocator = PageableAllocator();
+  o.read_chunk = 64 << 10;
+  return o;
+}
+
+// Every batch of the rest of the epoch as bytes: each tensor, the samples
+// and the continued document; and the loader's direct_samples.
+struct Epoch {
+  std::vector<std::string> batches;
+  uint64_t direct = 0;
+  Status error;
+};
+
+Epoch Drain(Loader* l, int64_t max_batches = -1) {
+  Epoch e;
+  for (int64_t n = 0; max_batches < 0 || n < max_batches; ++n) {
+    auto b = l->next();
+    if (!b.ok()) {
+      e.error = b.status();
+      break;
+    }
+    if (b->empty()) break;
+    std::string s;
+    for (size_t i = 0; i < b->num_tensors(); ++i) {
+      TensorView t = b->tensor(i);
+      s.append(t.name.data(), t.name.size());
+      s.append(static_cast<const char*>(t.data), t.nbytes);
+    }
+    for (int64_t i = 0; i < b->num_samples(); ++i) {
+      s += std::string(b->key(i)) + "@" + std::to_string(b->sample(i).shard) + "/" +
+           std::to_string(b->sample(i).index) + ";";
+    }
+    SampleId id;
+    int64_t tokens = 0;
+    if (b->continued(&id, &tokens)) s += "continued " + std::to_string(id.index) + ":" + std::to_string(tokens);
+    e.batches.push_back(std::move(s));
+  }
+  e.direct = l->stats().direct_samples;
+  return e;
+}
+
+Epoch RunEpoch(LoaderOptions o, bool direct) {
+  o.direct_reads = direct;
+  auto l = Loader::Create(o);
+  EXPECT_TRUE(l.ok()) << l.status();
+  return Drain(l->get());
+}
+
+testing::Dataset Tokens(const std::string& dir, int shards = 4, int per_shard = 60) {
+  DatasetSpec spec{shards, per_shard};
+  spec.tokens = true;
+  spec.max_doc_tokens = 300;  // seq_len 64: documents span rows and batches
+  return testing::WriteDataset(dir, spec);
+}
+
+TEST(DirectReadsTest, SameBatchesAsThroughReadBuffersInEveryLayout) {
+  TempDir dir;
+  auto d = Tokens(dir.path());
+  struct Case {
+    const char* name;
+    TokenLayout layout;
+    bool metadata;
+    int64_t shuffle;
+    int threads, open;
+  };
+  const Case cases[] = {
+      {"pack", TokenLayout::kPack, true, 0, 2, 4},
+      {"pack, tokens only", TokenLayout::kPack, false, 0, 2, 4},
+      {"pack, shuffled, one thread", TokenLayout::kPack, true, 37, 1, 2},
+      {"pad", TokenLayout::kPad, true, 0, 2, 3},
+      {"pad, shuffled", TokenLayout::kPad, true, 100, 2, 1},
+  };
+  for (const Case& c : cases) {
+    LoaderOptions o = TokenOptions(d.manifest);
+    o.tokens.layout = c.layout;
+    o.tokens.document_metadata = c.metadata;
+    o.shuffle_buffer = c.shuffle;
+    o.reader_threads = c.threads;
+    o.open_shards = c.open;
+    o.seed = 7;
+    Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
+    ASSERT_TRUE(direct.error.ok()) << c.name << ": " << direct.error;
+    ASSERT_TRUE(buffered.error.ok()) << c.name << ": " << buffered.error;
+    EXPECT_GT(direct.batches.size(), 20u) << c.name;
+    EXPECT_TRUE(direct.batches == buffered.batches) << c.name;
+    EXPECT_EQ(direct.direct, static_cast<uint64_t>(d.samples)) << c.name;
+    EXPECT_EQ(buffered.direct, 0u) << c.name;
+  }
+}
+
+// Tokens per document (the fixture's tokens say which document and which
+// position they are), over the rest of the epoch.
+std::map<int64_t, std::vector<int32_t>> DocsOf(Loader* l, int64_t max_batches, Status* error) {
+  std::map<int64_t, std::vector<int32_t>> docs;
+  for (int64_t n = 0; max_batches < 0 || n < max_batches; ++n) {
+    auto b = l->next();
+    if (!b.ok()) {
+      *error = b.status();
+      break;
+    }
+    if (b->empty()) break;
+    TensorView tok = b->tensor("tokens"), doc = b->tensor("doc_ids");
+    for (int64_t i = 0; i < b->rows() * tok.shape[1]; ++i) {
+      const int32_t t = static_cast<int32_t*>(tok.data)[i];
+      if (static_cast<int32_t*>(doc.data)[i] < 0 || t == -1) continue;
+      docs[(t - 1) / 1000].push_back(t);
+    }
+  }
+  return docs;
+}
+
+TEST(DirectReadsTest, RestoredLoaderDeliversEveryRemainingTokenOnce) {
+  TempDir dir;
+  auto d = Tokens(dir.path());
+  LoaderOptions o = TokenOptions(d.manifest);
+  o.shuffle_buffer = 20;
+  for (int64_t k : {1, 5, 17, 40}) {
+    auto a = *Loader::Create(o);
+    Status err;
+    auto head = DocsOf(a.get(), k, &err);
+    ASSERT_TRUE(err.ok()) << err;
+    auto st = a->state();
+    ASSERT_TRUE(st.ok()) << st.status();
+    auto b = *Loader::Create(o);
+    ASSERT_TRUE(b->restore(*LoaderState::FromJson(st->ToJson())).ok());
+    auto rest = DocsOf(b.get(), -1, &err);
+    ASSERT_TRUE(err.ok()) << err;
+    EXPECT_GT(b->stats().direct_samples, 0u);
+    for (auto& [g, t] : rest) head[g].insert(head[g].end(), t.begin(), t.end());
+    int64_t with_tokens = 0;
+    for (int64_t g = 0; g < d.samples; ++g) {
+      auto want = testing::DocTokens(g, 300);
+      if (want.empty()) continue;
+      ++with_tokens;
+      EXPECT_EQ(head[g], want) << "document " << g << ", resumed after " << k << " batches";
+    }
+    EXPECT_EQ(static_cast<int64_t>(head.size()), with_tokens) << k;
+  }
+}
+
+TEST(DirectReadsTest, ShardsWithoutAVersion2IndexAreReadThroughBuffers) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 3, 40);
+  // Shard 0: no index at all; shard 1: a version 1 index (no field
+  // records); shard 2: a version 2 index.
+  ASSERT_EQ(::unlink(IndexUrlFor(d.shard_paths[0]).c_str()), 0);
+  auto v2 = ReadSampleIndex(d.shard_paths[1]);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  ASSERT_TRUE(v2->has_fields());
+  SampleIndex v1 = *v2;
+  v1.fields.clear();
+  ASSERT_TRUE(WriteSampleIndex(v1, d.shard_paths[1]).ok());
+  auto back = ReadSampleIndex(d.shard_paths[1]);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->has_fields());
+  LoaderOptions o = TokenOptions(d.manifest);
+  Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
+  ASSERT_TRUE(direct.error.ok()) << direct.error;
+  EXPECT_TRUE(direct.batches == buffered.batches);
+  EXPECT_EQ(direct.direct, 40u);  // shard 2's samples only
+}
+
+// Overwrites bytes of a file in place (its size, and so its index, unchanged).
+void Smash(const std::string& path, uint64_t offset, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Renames the member whose ustar header is at `offset` ("k25" to "k2X"),
+// with a checksum to match: an intact header of another member.
+void Renamed(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  char h[512];
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(h, sizeof(h));
+  std::string name(h, strnlen(h, 100));
+  const size_t at = name.find("k25");
+  ASSERT_NE(at, std::string::npos) << name;
+  h[at + 2] = 'X';
+  std::memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(h + 148, 8, "%06o", sum);
+  h[155] = ' ';
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(h, sizeof(h));
+}
+
+TEST(DirectReadsTest, AShardChangedSinceIndexingFailsNamingItAndTheOffset) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 2, 40);
+  auto index = ReadSampleIndex(d.shard_paths[1]);
+  ASSERT_TRUE(index.ok()) << index.status();
+  const SampleIndexEntry& e = index->samples[25];
+  const SampleIndexField& f = index->fields[e.first_field];
+  ASSERT_EQ(f.name, "tokens.npy");
+  struct Damage {
+    const char* what;
+    uint64_t offset;
+    std::string bytes;
+    uint64_t reported;  // the offset the error names
+    const char* says;
+  };
+  const Damage damage[] = {
+      // The member's name in its tar header.
+      {"name", f.offset - 512, "Z", f.offset - 512, "bad checksum"},
+      // Its size field.
+      {"size", f.offset - 512 + 124 + 10, "7", f.offset - 512, "bad checksum"},
+      // Another member's header there, intact: the name and the checksum
+      // changed together.
+      {"another member", f.offset - 512, "", f.offset - 512, "the member there is not s1/k25"},
+      // The .npy header: the error names the bad byte.
+      {"npy shape", f.offset + 60, "9", f.offset + 60, ".npy"},
+  };
+  for (const Damage& dmg : damage) {
+    TempDir copy;
+    auto c = Tokens(copy.path(), 2, 40);
+    if (dmg.bytes.empty()) {
+      Renamed(c.shard_paths[1], dmg.offset);
+    } else {
+      Smash(c.shard_paths[1], dmg.offset, dmg.bytes);
+    }
+    LoaderOptions o = TokenOptions(c.manifest);
+    o.open_shards = 2;
+    auto l = *Loader::Create(o);
+    Epoch got = Drain(l.get());
+    ASSERT_FALSE(got.error.ok()) << dmg.what;
+    EXPECT_EQ(got.error.code(), StatusCode::kCorrupt) << dmg.what << ": " << got.error;
+    EXPECT_NE(got.error.message().find(c.shard_paths[1]), std::string::npos) << got.error;
+    EXPECT_NE(got.error.message().find(dmg.says), std::string::npos) << dmg.what << ": " << got.error;
+    EXPECT_EQ(got.error.offset(), static_cast<int64_t>(dmg.reported)) << dmg.what << ": " << got.error;
+    // Every batch before the error is whole: the same as an undamaged run's.
+    Epoch clean = RunEpoch(TokenOptions(d.manifest), true);
+    ASSERT_LE(got.batches.size(), clean.batches.size());
+    for (size_t i = 0; i < got.batches.size(); ++i)
+      EXPECT_TRUE(got.batches[i] == clean.batches[i]) << dmg.what << ", batch " << i;
+  }
+}
+
+TEST(DirectReadsTest, AShardCutShortAfterOpeningFailsNamingIt) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 1, 200);
+  LoaderOptions o = TokenOptions(d.manifest);
+  o.open_shards = 1;
+  o.reader_threads = 1;
+  auto l = *Loader::Create(o);
+  auto first = l->next();  // the shard is open, its index read
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(::truncate(d.shard_paths[0].c_str(), 20000), 0);
+  Epoch rest = Drain(l.get());
+  ASSERT_FALSE(rest.error.ok());
+  EXPECT_EQ(rest.error.code(), StatusCode::kCorrupt) << rest.error;
+  EXPECT_NE(rest.error.message().find(d.shard_paths[0]), std::string::npos) << rest.error;
+  EXPECT_NE(rest.error.message().find("ends at byte 20000"), std::string::npos) << rest.error;
+  EXPECT_EQ(rest.error.offset(), 20000);
+}
+
+}  // namespace
+}  // namespace shardstream
