@@ -187,6 +187,7 @@ void DirectReads::AddCheck(const DirectDoc& doc) {
   p.shard = doc.shard.get();
   p.offset = f.offset - kTarBlock;
   p.len = f.payload - p.offset;
+  p.head = p.len;
   p.check = doc.sample;
   p.side = side_bytes_;
   side_bytes_ += static_cast<size_t>(p.len);
@@ -196,9 +197,19 @@ void DirectReads::AddCheck(const DirectDoc& doc) {
 void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size_t bytes) {
   if (bytes == 0) return;
   Keep(doc);
+  const uint64_t offset = doc.field().payload + from;
+  if (!pieces_.empty()) {
+    Piece& last = pieces_.back();
+    if (last.shard == doc.shard.get() && last.check == doc.sample && last.len == last.head &&
+        last.offset + last.len == offset) {
+      last.len += bytes;  // right after its headers
+      last.dst = dst;
+      return;
+    }
+  }
   Piece p;
   p.shard = doc.shard.get();
-  p.offset = doc.field().payload + from;
+  p.offset = offset;
   p.len = bytes;
   p.dst = dst;
   pieces_.push_back(p);
@@ -207,7 +218,7 @@ void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size
 void DirectReads::Plan() {
   if (side_.size() < side_bytes_) side_.resize(side_bytes_);
   for (Piece& p : pieces_)
-    if (p.check >= 0) p.dst = side_.data() + p.side;
+    if (p.head > 0) p.hdr = side_.data() + p.side;
   // By shard, each in file order. A batch draws from a few shards, each
   // read forward, so this gathers the pieces shard by shard (keeping their
   // order) and sorts only a shard whose pieces are out of order (a
@@ -251,14 +262,15 @@ Status DirectReads::RunJob(size_t j) {
     size_t k = i;
     for (; k < end; ++k) {
       const Piece& p = pieces_[k];
-      if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || iov.size() + 2 > kMaxIov)) break;
+      if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || iov.size() + 3 > kMaxIov)) break;
       if (p.offset > pos) iov.push_back(iovec{gap.get(), static_cast<size_t>(p.offset - pos)});
-      iov.push_back(iovec{p.dst, static_cast<size_t>(p.len)});
+      if (p.head > 0) iov.push_back(iovec{p.hdr, static_cast<size_t>(p.head)});
+      if (p.len > p.head) iov.push_back(iovec{p.dst, static_cast<size_t>(p.len - p.head)});
       pos = p.offset + p.len;
     }
     SHARDSTREAM_RETURN_IF_ERROR(ReadFully(*head.shard, start, iov.data(), iov.size()));
     for (size_t c = i; c < k; ++c)
-      if (pieces_[c].check >= 0) SHARDSTREAM_RETURN_IF_ERROR(Check(pieces_[c]));
+      if (pieces_[c].head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(pieces_[c]));
     i = k;
   }
   return Status::OK();
@@ -268,7 +280,7 @@ Status DirectReads::Check(const Piece& p) const {
   const DirectShard& s = *p.shard;
   const SampleIndexEntry& e = s.index.samples[static_cast<size_t>(p.check)];
   const SampleIndexField& f = s.index.fields[s.field[static_cast<size_t>(p.check)]];
-  const char* h = p.dst;
+  const char* h = p.hdr;
   // What placing the values relies on: a file of that size and name there.
   // (The header's checksum only tells a damaged header from another one.)
   const char type = h[Ustar::kTypeflag];
@@ -284,10 +296,10 @@ Status DirectReads::Check(const Piece& p) const {
     return Mismatch(s, p.offset, p.check, "the member there is not " + e.key + "." + f.name);
   }
   // The .npy header as indexed, byte for byte; else say what is wrong.
-  const size_t npy_len = static_cast<size_t>(p.len) - kTarBlock;
+  const size_t npy_len = static_cast<size_t>(p.head) - kTarBlock;
   if (XXH3_64bits(h + kTarBlock, npy_len) == f.header_hash) return Status::OK();
   size_t payload = 0;
-  auto npy = DecodeNpyHeader(std::string_view(h + kTarBlock, static_cast<size_t>(p.len) - kTarBlock),
+  auto npy = DecodeNpyHeader(std::string_view(h + kTarBlock, static_cast<size_t>(p.head) - kTarBlock),
                              f.size, FieldContext{e.key, f.name, s.url, f.offset}, &payload);
   if (!npy.ok()) return npy.status();
   return Mismatch(s, f.offset, p.check, "its .npy header differs from the indexed one");

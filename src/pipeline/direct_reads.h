@@ -80,12 +80,16 @@ class DirectReads {
   }
 
  private:
+  // Bytes [offset, offset + len) of a shard: the first `head` of them a
+  // document's headers, to be checked (into side_), the rest values, to dst.
+  // A document's headers and its first values are one piece.
   struct Piece {
     const DirectShard* shard = nullptr;
-    uint64_t offset = 0, len = 0;
-    char* dst = nullptr;   // values; headers: set by Plan()
-    int64_t check = -1;    // headers: the sample whose field they precede
-    size_t side = 0;       // headers: their place in side_
+    uint64_t offset = 0, len = 0, head = 0;
+    char* dst = nullptr;
+    char* hdr = nullptr;   // set by Plan(): side_.data() + side
+    int64_t check = -1;    // with head > 0: the sample whose field they precede
+    size_t side = 0;
   };
   void Keep(const DirectDoc& doc);
   Status Check(const Piece& p) const;

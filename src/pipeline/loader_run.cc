@@ -184,7 +184,6 @@ void LoaderRun::ReleaseChunks(LaneItem* item) {
     f.owner.reset();
   }
   item->decoded.data = {};
-  item->direct.shard.reset();  // the batch's reads keep the shard
 }
 
 Status LoaderRun::Process(LaneItem* item) {

@@ -357,7 +357,6 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
     std::lock_guard<std::mutex> lock(mu_);
     lane->finished = true;
   };
-  item->direct = DirectDoc();
   if (!lane->reader && !lane->direct) {
     Status s = OpenRange(lane, r, item);
     if (!s.ok()) {
@@ -375,6 +374,7 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
     if (!ProduceDirect(lane, r, item)) finish_range();
     return;
   }
+  item->direct.shard.reset();
   auto more = lane->reader->Next(&item->sample);
   if (!more.ok()) return fail(more.status());
   if (!*more) {
@@ -409,11 +409,18 @@ bool ShardLanes::ProduceDirect(Lane* lane, const LaneRange& r, LaneItem* item) {
   s.index = i;
   s.offset = e.offset;
   s.fields.clear();
-  item->direct.shard = lane->direct;
+  // The item keeps its shard until this lane fills its slot again: the
+  // reference counts then change on this core only, never per sample on
+  // the assembler's (a ring's worth of items may hold an index longer).
+  if (item->direct.shard != lane->direct) item->direct.shard = lane->direct;
   item->direct.sample = i;
   const SampleIndexField& f = item->direct.field();
-  item->decoded = DecodedField();
+  // Field by field: assigning a fresh DecodedField costs more than the rest
+  // of this function (a rep stos, then a stalled copy of it).
+  item->decoded.data = {};
   item->decoded.is_tensor = true;
+  item->decoded.is_string = false;
+  item->decoded.is_label = false;
   item->decoded.ndim = 1;
   item->decoded.shape[0] = static_cast<int64_t>(f.count);
   item->decoded.dtype = f.dtype;
