@@ -26,17 +26,16 @@ constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
 constexpr uint64_t kMaxHeaders = 4096 + kTarBlock;
 
 Status Mismatch(const DirectShard& s, uint64_t offset, int64_t sample, const std::string& what) {
-  const SampleIndexEntry& e = s.index.samples[static_cast<size_t>(sample)];
   return Status(StatusCode::kCorrupt,
                 "shard " + s.url + " does not match its sample index at byte " +
-                    std::to_string(offset) + " (sample '" + e.key + "'): " + what +
+                    std::to_string(offset) + " (sample '" + std::string(s.key(sample)) + "'): " + what +
                     "; rebuild the index with `shardstream index`",
                 s.url, static_cast<int64_t>(offset));
 }
 
 // Whether the ustar name (and prefix) of `h` spell `key`.`field` exactly,
 // without building the string (this runs once per document).
-bool NameIs(const char* h, const std::string& key, const std::string& field) {
+bool NameIs(const char* h, std::string_view key, std::string_view field) {
   std::string_view name = FieldString(h + Ustar::kName, Ustar::kNameLen);
   std::string_view prefix;
   if (std::memcmp(h + Ustar::kMagic, "ustar", 5) == 0)
@@ -122,6 +121,12 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
     *why = "not a local file";
     return nullptr;
   }
+  struct stat st;
+  if (::stat(IndexUrlFor(path).c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > max_index_bytes) {
+    *why = "its index has " + std::to_string(st.st_size) + " bytes, more than " +
+           std::to_string(max_index_bytes) + " (8 x read_chunk)";
+    return nullptr;
+  }
   auto index = ReadSampleIndex(url);
   if (!index.ok()) {
     *why = index.status().ToString();
@@ -132,44 +137,56 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
     return nullptr;
   }
   const uint64_t n = index->samples.size();
-  const uint64_t bytes = n * (sizeof(SampleIndexEntry) + sizeof(uint32_t)) +
-                         index->fields.size() * sizeof(SampleIndexField);
-  if (bytes > max_index_bytes) {
-    *why = "its index takes " + std::to_string(bytes) + " bytes in memory, more than " +
-           std::to_string(max_index_bytes);
-    return nullptr;
-  }
   const uint64_t last = end < 0 ? n : static_cast<uint64_t>(end);
   if (first < 0 || static_cast<uint64_t>(first) > last || last > n) {
     *why = "the index lists " + std::to_string(n) + " samples, fewer than the plan";
     return nullptr;
   }
   auto s = std::make_shared<DirectShard>();
-  s->field.assign(n, UINT32_MAX);
+  s->field = field;
+  s->dtype = dtype;
+  s->first = first;
+  s->docs.reserve(static_cast<size_t>(last - static_cast<uint64_t>(first)));
   for (uint64_t i = static_cast<uint64_t>(first); i < last; ++i) {
     const SampleIndexEntry& e = index->samples[i];
+    const SampleIndexField* f = nullptr;
     for (uint64_t j = e.first_field; j < e.first_field + e.nfields; ++j) {
-      const SampleIndexField& f = index->fields[j];
-      if (f.name != field) continue;
-      if (f.ndim == 1 && f.dtype == dtype && f.payload - f.offset + kTarBlock <= kMaxHeaders &&
-          f.offset >= e.offset + kTarBlock)
-        s->field[i] = static_cast<uint32_t>(j);
-      break;
+      if (index->fields[j].name == field) {
+        f = &index->fields[j];
+        break;
+      }
     }
-    if (s->field[i] == UINT32_MAX) {
+    if (f == nullptr || f->ndim != 1 || f->dtype != dtype ||
+        f->payload - f->offset + kTarBlock > kMaxHeaders || f->offset < e.offset + kTarBlock ||
+        e.key.size() > UINT32_MAX || s->keys.size() > UINT32_MAX - e.key.size()) {
       *why = "sample " + std::to_string(i) + " has no 1-D " + std::string(DTypeName(dtype)) +
              " field '" + field + "' by its index";
       return nullptr;
     }
+    DirectShard::Doc d;
+    d.offset = e.offset;
+    d.length = e.length;
+    d.field = f->offset;
+    d.payload = f->payload;
+    d.count = f->count;
+    d.header_hash = f->header_hash;
+    d.key_at = static_cast<uint32_t>(s->keys.size());
+    d.key_len = static_cast<uint32_t>(e.key.size());
+    s->keys += e.key;
+    s->docs.push_back(d);
+  }
+  const uint64_t kept = s->docs.size() * sizeof(DirectShard::Doc) + s->keys.size();
+  if (kept > max_index_bytes) {
+    *why = "what it needs of its index takes " + std::to_string(kept) + " bytes, more than " +
+           std::to_string(max_index_bytes) + " (8 x read_chunk)";
+    return nullptr;
   }
   s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st;
   if (s->fd < 0 || ::fstat(s->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != index->shard_size) {
     *why = s->fd < 0 ? std::string(std::strerror(errno)) : "its index is stale";
     return nullptr;
   }
   s->url = RedactUrl(url);
-  s->index = std::move(*index);
   return s;
 }
 
@@ -182,11 +199,11 @@ void DirectReads::Keep(const DirectDoc& doc) {
 
 void DirectReads::AddCheck(const DirectDoc& doc) {
   Keep(doc);
-  const SampleIndexField& f = doc.field();
+  const DirectShard::Doc& d = doc.doc();
   Piece p;
   p.shard = doc.shard.get();
-  p.offset = f.offset - kTarBlock;
-  p.len = f.payload - p.offset;
+  p.offset = d.field - kTarBlock;
+  p.len = d.payload - p.offset;
   p.head = p.len;
   p.check = doc.sample;
   p.side = side_bytes_;
@@ -197,7 +214,7 @@ void DirectReads::AddCheck(const DirectDoc& doc) {
 void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size_t bytes) {
   if (bytes == 0) return;
   Keep(doc);
-  const uint64_t offset = doc.field().payload + from;
+  const uint64_t offset = doc.doc().payload + from;
   if (!pieces_.empty()) {
     Piece& last = pieces_.back();
     if (last.shard == doc.shard.get() && last.check == doc.sample && last.len == last.head &&
@@ -278,31 +295,33 @@ Status DirectReads::RunJob(size_t j) {
 
 Status DirectReads::Check(const Piece& p) const {
   const DirectShard& s = *p.shard;
-  const SampleIndexEntry& e = s.index.samples[static_cast<size_t>(p.check)];
-  const SampleIndexField& f = s.index.fields[s.field[static_cast<size_t>(p.check)]];
+  const DirectShard::Doc& d = s.doc(p.check);
+  const std::string_view key = s.key(p.check);
+  const uint64_t size = d.payload - d.field + d.count * DTypeSize(s.dtype);
   const char* h = p.hdr;
   // What placing the values relies on: a file of that size and name there.
   // (The header's checksum only tells a damaged header from another one.)
   const char type = h[Ustar::kTypeflag];
-  const bool file = (type == '0' || type == '\0' || type == '7') && SizeIs(h + Ustar::kSize, f.size);
+  const bool file = (type == '0' || type == '\0' || type == '7') && SizeIs(h + Ustar::kSize, size);
   // A long name lives in a pax or GNU header before this one; the index
   // was made from it, and the ustar name here may be cut short.
-  const bool named = e.key.size() + 1 + f.name.size() > Ustar::kNameLen || NameIs(h, e.key, f.name);
+  const bool named = key.size() + 1 + s.field.size() > Ustar::kNameLen || NameIs(h, key, s.field);
   if (!file || !named) {
     if (!ChecksumMatches(h)) return Mismatch(s, p.offset, p.check, "no intact tar header there (bad checksum)");
     if (!file)
       return Mismatch(s, p.offset, p.check,
-                      "the tar header is not that of a " + std::to_string(f.size) + "-byte file");
-    return Mismatch(s, p.offset, p.check, "the member there is not " + e.key + "." + f.name);
+                      "the tar header is not that of a " + std::to_string(size) + "-byte file");
+    return Mismatch(s, p.offset, p.check,
+                    "the member there is not " + std::string(key) + "." + s.field);
   }
   // The .npy header as indexed, byte for byte; else say what is wrong.
   const size_t npy_len = static_cast<size_t>(p.head) - kTarBlock;
-  if (XXH3_64bits(h + kTarBlock, npy_len) == f.header_hash) return Status::OK();
+  if (XXH3_64bits(h + kTarBlock, npy_len) == d.header_hash) return Status::OK();
   size_t payload = 0;
-  auto npy = DecodeNpyHeader(std::string_view(h + kTarBlock, static_cast<size_t>(p.head) - kTarBlock),
-                             f.size, FieldContext{e.key, f.name, s.url, f.offset}, &payload);
+  auto npy = DecodeNpyHeader(std::string_view(h + kTarBlock, npy_len), size,
+                             FieldContext{key, s.field, s.url, d.field}, &payload);
   if (!npy.ok()) return npy.status();
-  return Mismatch(s, f.offset, p.check, "its .npy header differs from the indexed one");
+  return Mismatch(s, d.field, p.check, "its .npy header differs from the indexed one");
 }
 
 void DirectReads::Clear() {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,25 +24,43 @@
 
 namespace shardstream::internal {
 
-// An open shard and its index, shared by the lane that opened it and every
-// document placed from it; the file closes with the last of them.
+// An open shard and, for the samples of one range, what its index says of
+// each one's token field (the rest of the index is not kept: 56 bytes and
+// the key per sample). Shared by the lane that opened it and every document
+// placed from it; the file closes with the last of them.
 struct DirectShard {
+  struct Doc {
+    uint64_t offset = 0, length = 0;  // the sample's (SampleIndexEntry)
+    uint64_t field = 0;               // the token field's data offset
+    uint64_t payload = 0, count = 0;  // its values: offset and number
+    uint64_t header_hash = 0;         // of its .npy header
+    uint32_t key_at = 0, key_len = 0;  // in keys
+  };
   DirectShard() = default;
   DirectShard(const DirectShard&) = delete;
   DirectShard& operator=(const DirectShard&) = delete;
   ~DirectShard();
+  const Doc& doc(int64_t sample) const { return docs[static_cast<size_t>(sample - first)]; }
+  std::string_view key(int64_t sample) const {
+    const Doc& d = doc(sample);
+    return std::string_view(keys).substr(d.key_at, d.key_len);
+  }
   int fd = -1;
-  std::string url;  // credentials redacted
-  SampleIndex index;
-  std::vector<uint32_t> field;  // per sample: its token field, in index.fields
+  std::string url;    // credentials redacted
+  std::string field;  // the token field's name
+  DType dtype = DType::kInt32;
+  int64_t first = 0;  // the range's first sample
+  std::vector<Doc> docs;
+  std::string keys;
 };
 
 // Opens `url` for direct reads of `field` in samples [first, end) (end -1:
 // to the last), or returns null with the reason in *why, and the lane reads
 // the usual way. It needs a local file, a version 2 index that is not stale
 // and, in every one of those samples, `field` as a 1-D .npy array of
-// `dtype` with headers of at most 4 KiB; and the index in memory must stay
-// within `max_index_bytes` (what the lane's read buffers would take).
+// `dtype` with headers of at most 4 KiB; and both the index file and what
+// is kept of it must stay within `max_index_bytes` (what the lane's read
+// buffers would take).
 std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
                                                    DType dtype, int64_t first, int64_t end,
                                                    uint64_t max_index_bytes, std::string* why);
@@ -51,9 +70,7 @@ struct DirectDoc {
   std::shared_ptr<const DirectShard> shard;
   int64_t sample = -1;
   bool valid() const { return shard != nullptr; }
-  const SampleIndexField& field() const {
-    return shard->index.fields[shard->field[static_cast<size_t>(sample)]];
-  }
+  const DirectShard::Doc& doc() const { return shard->doc(sample); }
 };
 
 // One batch's reads. Add* by one thread, then Plan(), then RunJob(j) for

@@ -398,23 +398,22 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
 bool ShardLanes::ProduceDirect(Lane* lane, const LaneRange& r, LaneItem* item) {
   const DirectShard& d = *lane->direct;
   const int64_t i = r.first + lane->read;
-  if (i >= static_cast<int64_t>(d.index.samples.size())) return false;
-  const SampleIndexEntry& e = d.index.samples[static_cast<size_t>(i)];
+  if (i - d.first >= static_cast<int64_t>(d.docs.size())) return false;
+  const DirectShard::Doc& doc = d.doc(i);
   ++lane->read;
   item->kind = LaneItem::kSample;
   item->shard = r.shard;
   Sample& s = item->sample;
-  s.key = e.key;
+  s.key.assign(d.key(i));
   s.url = d.url;
   s.index = i;
-  s.offset = e.offset;
+  s.offset = doc.offset;
   s.fields.clear();
   // The item keeps its shard until this lane fills its slot again: the
   // reference counts then change on this core only, never per sample on
   // the assembler's (a ring's worth of items may hold an index longer).
   if (item->direct.shard != lane->direct) item->direct.shard = lane->direct;
   item->direct.sample = i;
-  const SampleIndexField& f = item->direct.field();
   // Field by field: assigning a fresh DecodedField costs more than the rest
   // of this function (a rep stos, then a stalled copy of it).
   item->decoded.data = {};
@@ -422,10 +421,10 @@ bool ShardLanes::ProduceDirect(Lane* lane, const LaneRange& r, LaneItem* item) {
   item->decoded.is_string = false;
   item->decoded.is_label = false;
   item->decoded.ndim = 1;
-  item->decoded.shape[0] = static_cast<int64_t>(f.count);
-  item->decoded.dtype = f.dtype;
+  item->decoded.shape[0] = static_cast<int64_t>(doc.count);
+  item->decoded.dtype = d.dtype;
   item->decode_status = Status::OK();
-  lane->unpublished_bytes += e.length;  // read later, but from this file
+  lane->unpublished_bytes += doc.length;  // read later, but from this file
   ++lane->unpublished_direct;
   return true;
 }

@@ -193,6 +193,29 @@ TEST(DirectReadsTest, ShardsWithoutAVersion2IndexAreReadThroughBuffers) {
   EXPECT_EQ(direct.direct, 40u);  // shard 2's samples only
 }
 
+// The index stands in for the lane's read buffers: one larger than those
+// would be (8 x read_chunk) is not loaded, and the shard is read the usual
+// way.
+TEST(DirectReadsTest, AnIndexLargerThanTheReadBuffersIsNotLoaded) {
+  TempDir dir;
+  DatasetSpec spec{1, 7000};
+  spec.tokens = true;
+  spec.max_doc_tokens = 8;
+  auto d = testing::WriteDataset(dir.path(), spec);
+  std::string idx = testing::ReadFile(IndexUrlFor(d.shard_paths[0]));
+  LoaderOptions o = TokenOptions(d.manifest);
+  o.read_chunk = 64 << 10;  // 512 KiB of read buffers
+  ASSERT_GT(idx.size(), size_t{8} * o.read_chunk);
+  Epoch small = RunEpoch(o, true);
+  o.read_chunk = 1 << 20;
+  Epoch large = RunEpoch(o, true);
+  ASSERT_TRUE(small.error.ok()) << small.error;
+  ASSERT_TRUE(large.error.ok()) << large.error;
+  EXPECT_EQ(small.direct, 0u);
+  EXPECT_EQ(large.direct, 7000u);
+  EXPECT_TRUE(small.batches == large.batches);
+}
+
 // Overwrites bytes of a file in place (its size, and so its index, unchanged).
 void Smash(const std::string& path, uint64_t offset, const std::string& bytes) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
