@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shardstream/dtype.h"
+#include "shardstream/export.h"
 #include "shardstream/result.h"
 #include "shardstream/shard_index.h"
 
@@ -28,7 +29,7 @@ namespace shardstream::internal {
 // each one's token field (the rest of the index is not kept: 56 bytes and
 // the key per sample). Shared by the lane that opened it and every document
 // placed from it; the file closes with the last of them.
-struct DirectShard {
+struct SHARDSTREAM_EXPORT DirectShard {
   struct Doc {
     uint64_t offset = 0, length = 0;  // the sample's (SampleIndexEntry)
     uint64_t field = 0;               // the token field's data offset
@@ -61,9 +62,9 @@ struct DirectShard {
 // `dtype` with headers of at most 4 KiB; and both the index file and what
 // is kept of it must stay within `max_index_bytes` (what the lane's read
 // buffers would take).
-std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
-                                                   DType dtype, int64_t first, int64_t end,
-                                                   uint64_t max_index_bytes, std::string* why);
+SHARDSTREAM_EXPORT std::shared_ptr<const DirectShard> OpenDirectShard(
+    const std::string& url, const std::string& field, DType dtype, int64_t first, int64_t end,
+    uint64_t max_index_bytes, std::string* why);
 
 // A document placed by index: its shard and sample there.
 struct DirectDoc {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/batcher.h"
+#include "pipeline/direct_reads.h"
 #include "shardstream/loader.h"
 #include "shardstream/shard_index.h"
 #include "support/loader_fixture.h"
@@ -214,6 +216,60 @@ TEST(DirectReadsTest, AnIndexLargerThanTheReadBuffersIsNotLoaded) {
   EXPECT_EQ(small.direct, 0u);
   EXPECT_EQ(large.direct, 7000u);
   EXPECT_TRUE(small.batches == large.batches);
+}
+
+// The packer on its own, with no workers to complete batches (no notify):
+// it reads a full batch's documents itself before emitting it.
+TEST(DirectReadsTest, PackerWithoutWorkersReadsEachBatchBeforeEmittingIt) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 1, 60);
+  std::string why;
+  auto shard = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
+                                         uint64_t{1} << 20, &why);
+  ASSERT_NE(shard, nullptr) << why;
+  shardstream::TokenOptions t;
+  t.field = "tokens.npy";
+  t.seq_len = 64;
+  t.eod_token = -1;
+  internal::PoolConfig pool;
+  pool.slots = 64;
+  pool.allocator = PageableAllocator();
+  std::vector<Batch> direct, copied;
+  internal::TokenPacker a(t, 4, pool, [&](Batch&& b) {
+    direct.push_back(std::move(b));
+    return Status::OK();
+  });
+  internal::TokenPacker b(t, 4, pool, [&](Batch&& x) {
+    copied.push_back(std::move(x));
+    return Status::OK();
+  });
+  a.set_direct(true);
+  for (int64_t i = 0; i < 60; ++i) {
+    const std::vector<int32_t> want = testing::DocTokens(i, 300);
+    const std::string key(shard->key(i));
+    internal::RowInput row{SampleId{0, i}, key, shard->url, shard->doc(i).offset, nullptr};
+    DecodedField f;
+    f.is_tensor = true;
+    f.dtype = DType::kInt32;
+    f.ndim = 1;
+    f.shape[0] = static_cast<int64_t>(shard->doc(i).count);
+    ASSERT_EQ(f.shape[0], static_cast<int64_t>(want.size())) << i;
+    internal::DirectDoc doc{shard, i};
+    ASSERT_TRUE(a.Add(row, f, 0, &doc).ok());
+    f.data = std::string_view(reinterpret_cast<const char*>(want.data()), want.size() * 4);
+    ASSERT_TRUE(b.Add(row, f, 0).ok());
+  }
+  ASSERT_TRUE(a.Flush().ok());
+  ASSERT_TRUE(b.Flush().ok());
+  ASSERT_EQ(direct.size(), copied.size());
+  ASSERT_GT(direct.size(), 10u);
+  for (size_t i = 0; i < direct.size(); ++i) {
+    for (const char* name : {"tokens", "doc_ids", "positions"}) {
+      TensorView x = direct[i].tensor(name), y = copied[i].tensor(name);
+      ASSERT_EQ(x.nbytes, y.nbytes) << name;
+      EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << "batch " << i << " " << name;
+    }
+  }
 }
 
 // Overwrites bytes of a file in place (its size, and so its index, unchanged).
