@@ -142,9 +142,9 @@ class SHARDSTREAM_EXPORT TokenPacker {
   // positions) are not done by Add: the batch waits, with the list of its
   // reads and stores, for threads that call RunPending (the loader's idle
   // workers), while Add goes on packing the next ones; `notify` tells the
-  // workers there is one. Reads are cut into jobs that several threads run
-  // at once; batches are emitted in order, each once its reads are done,
-  // by the thread that finds it so (writing its metadata first). Without
+  // workers there is one. Its reads and its metadata stores are cut into
+  // jobs that several threads run at once; batches are emitted in order,
+  // each once its jobs are done, by the thread that finds it so. Without
   // `notify`, or with neither direct documents (set_direct) nor metadata,
   // batches are completed and emitted by Add and Flush. At most
   // kMaxPending batches wait: Add helps complete the oldest before handing
@@ -152,7 +152,7 @@ class SHARDSTREAM_EXPORT TokenPacker {
   void set_notify(std::function<void()> notify) { notify_ = std::move(notify); }
   void set_direct(bool direct) { direct_ = direct; }
   // Runs a job of the oldest waiting batch that has one left, then emits
-  // the batches whose reads are done; false when there was nothing to do
+  // the batches whose jobs are done; false when there was nothing to do
   // or another thread holds the list. Any thread.
   bool RunPending();
   // Emits the waiting batch, if any (waiting for a thread at it): before
@@ -211,12 +211,15 @@ class SHARDSTREAM_EXPORT TokenPacker {
   std::function<void()> notify_;
   std::vector<MetaOp> ops_;  // of the batch being packed (defer_)
   DirectReads reads_;        // of the batch being packed
-  // A batch handed over, waiting for its reads and metadata.
+  // A batch handed over, waiting for its reads and metadata stores.
   struct Pending {
     Batch batch;
     std::vector<MetaOp> ops;  // swapped with ops_: both keep their capacity
     DirectReads reads;        // swapped with reads_, likewise
-    size_t next_job = 0, jobs_done = 0;
+    // Jobs: the reads' first, then the metadata stores in parts of about
+    // kMetaJobTokens tokens (ops [meta_cuts[m], meta_cuts[m + 1])).
+    std::vector<size_t> meta_cuts;
+    size_t jobs = 0, next_job = 0, jobs_done = 0;
     Status read_error;
     char* positions = nullptr;
     char* second = nullptr;
@@ -224,6 +227,9 @@ class SHARDSTREAM_EXPORT TokenPacker {
   // Two: the workers go on with the next batch's reads while the last job
   // of the previous one ends, rather than sleep until it is handed over.
   static constexpr size_t kMaxPending = 2;
+  static constexpr size_t kMetaJobTokens = size_t{64} << 10;
+  // Runs job j of p (a read job or a part of its metadata); no lock held.
+  Status RunJob(Pending* p, size_t j) const;
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;  // a waiting batch was emitted
   Pending pending_[kMaxPending];        // a ring; guarded by pending_mu_

@@ -82,9 +82,12 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     // placing the tokens: the readers do it, ahead of the assembler.
     // Process() relies on it: every sample item reaches it decoded.
     lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
+    // With a sample shuffle a batch's documents lie apart in their shards:
+    // a read each costs more than the second copy it saves (1024-token
+    // documents, shuffle_buffer 1000: 0.19 of the plain read against 0.24).
     lc.direct = opt_.direct_reads && spec.decode == FieldDecode::kNpy &&
                 opt_.error_policy == ErrorPolicy::kRaise && opt_.cache == nullptr &&
-                opt_.source == nullptr;
+                opt_.source == nullptr && opt_.shuffle_buffer <= 1;
     lc.direct_field = spec.name;
     lc.direct_dtype = opt_.tokens.dtype;
   }

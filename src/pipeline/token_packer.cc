@@ -72,7 +72,10 @@ Status TokenPacker::Init() {
   // grows the list once, and it keeps its capacity.
   if (defer_) {
     ops_.reserve(static_cast<size_t>(batch_size_) * 10);
-    for (Pending& p : pending_) p.ops.reserve(ops_.capacity());
+    for (Pending& p : pending_) {
+      p.ops.reserve(ops_.capacity());
+      p.meta_cuts.reserve(static_cast<size_t>(batch_size_ * opt_.seq_len) / kMetaJobTokens + 2);
+    }
   }
   // A row holds at most seq_len documents; 8 per row covers typical packing,
   // more spills the batch's sample list to the heap.
@@ -169,6 +172,18 @@ Status TokenPacker::Complete() {
   p.batch = std::move(b);
   p.ops.swap(ops_);  // ops_ gets the list FinishLocked emptied
   swap(p.reads, reads_);
+  // The metadata in parts, so several workers write it, alongside the reads.
+  p.meta_cuts.clear();
+  size_t tokens = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (i == 0 || tokens >= kMetaJobTokens) {
+      p.meta_cuts.push_back(i);
+      tokens = 0;
+    }
+    tokens += p.ops[i].k;
+  }
+  if (!p.ops.empty()) p.meta_cuts.push_back(p.ops.size());
+  p.jobs = p.reads.jobs() + (p.meta_cuts.empty() ? 0 : p.meta_cuts.size() - 1);
   p.next_job = 0;
   p.jobs_done = 0;
   p.read_error = Status::OK();
@@ -198,13 +213,13 @@ bool TokenPacker::StepLocked(std::unique_lock<std::mutex>& lock) {
   bool did = false;
   for (size_t k = 0; k < pending_count_; ++k) {
     Pending& p = pending_[(pending_head_ + k) % kMaxPending];
-    if (p.next_job == p.reads.jobs()) continue;
+    if (p.next_job == p.jobs) continue;
     const size_t j = p.next_job++;
     const bool failed = !p.read_error.ok() || !pending_error_.ok();
     lock.unlock();
     // p stays put: it is not emitted (nor its slot reused) before this job
-    // is counted, and nobody else touches p.reads until then.
-    Status s = failed ? Status::OK() : p.reads.RunJob(j);
+    // is counted, and nobody else touches its lists until then.
+    Status s = failed ? Status::OK() : RunJob(&p, j);
     lock.lock();
     if (!s.ok() && p.read_error.ok()) p.read_error = std::move(s);
     ++p.jobs_done;
@@ -213,7 +228,7 @@ bool TokenPacker::StepLocked(std::unique_lock<std::mutex>& lock) {
   }
   while (pending_count_ > 0) {
     Pending& p = pending_[pending_head_];
-    if (p.jobs_done < p.reads.jobs()) break;
+    if (p.jobs_done < p.jobs) break;
     FinishLocked(&p);
     pending_head_ = (pending_head_ + 1) % kMaxPending;
     --pending_count_;
@@ -228,13 +243,20 @@ void TokenPacker::FinishLocked(Pending* p) {
   // After an error nothing more is emitted: a batch whose tokens are not
   // all there, or any after it, would break the order.
   if (pending_error_.ok()) {
-    for (const MetaOp& op : p->ops) Meta(op, p->positions, p->second);
     Status s = slots_.Emit(std::move(p->batch));
     if (!s.ok()) pending_error_ = std::move(s);
   }
   p->batch = Batch();
   p->ops.clear();
   p->reads.Clear();
+}
+
+Status TokenPacker::RunJob(Pending* p, size_t j) const {
+  if (j < p->reads.jobs()) return p->reads.RunJob(j);
+  const size_t m = j - p->reads.jobs();
+  for (size_t i = p->meta_cuts[m]; i < p->meta_cuts[m + 1]; ++i)
+    Meta(p->ops[i], p->positions, p->second);
+  return Status::OK();
 }
 
 void TokenPacker::DrainLocked(std::unique_lock<std::mutex>& lock, size_t left) {

@@ -195,6 +195,7 @@ void ExpectNoAllocationPerBatch(bool direct) {
   o.read_chunk = 8 << 20;  // larger than a shard: one read chunk per shard
   o.allocator = PageableAllocator();
   o.direct_reads = direct;
+  if (direct) o.shuffle_buffer = 0;  // direct reads are for unshuffled samples
   auto loader = *Loader::Create(o);
   // Warm up: the pool, every shard opened, and every sample storage that
   // circulates between the rings (256 per lane) and the shuffle buffer
