@@ -182,7 +182,11 @@ void MakeIndexField(std::string_view name, uint64_t offset, std::string_view dat
   out->payload = 0;
   out->count = 0;
   out->header_hash = 0;
-  if (DecodeForName(name) != FieldDecode::kNpy) return;
+  // Every member of every sample comes here when a reader builds its
+  // index: rule the others out by their last four bytes first.
+  if (name.size() < 4 || name[name.size() - 4] != '.' || (name[name.size() - 3] | 0x20) != 'n' ||
+      DecodeForName(name) != FieldDecode::kNpy)
+    return;
   size_t payload = 0;
   auto h = DecodeNpyHeader(data, data.size(), FieldContext{}, &payload);
   if (!h.ok()) return;

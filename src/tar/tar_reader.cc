@@ -160,6 +160,7 @@ class TarReaderImpl final : public TarReader {
       // is not regrown (and copied) a dozen times on the way.
       uint64_t guess = index_.shard_size / (end_offset - s->offset) + 16;
       v.reserve(static_cast<size_t>(std::min<uint64_t>(guess, uint64_t{1} << 18)));
+      index_.fields.reserve(v.capacity() * std::max<size_t>(s->fields.size(), 1));
     }
     v.emplace_back();
     SampleIndexEntry& e = v.back();
