@@ -6,6 +6,7 @@
 // data set first.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -13,7 +14,9 @@
 #include <thread>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -106,6 +109,30 @@ int64_t PeakRssBytes() {
 // of bytes whatever the files' count and sizes), handing each read to
 // consume(t, data, n). A file of unknown size (-1) is read whole by one
 // thread. Returns the seconds it took, or the first read error.
+//
+// The buffer is in huge pages where the kernel allows (madvise): in 4 KiB
+// pages its place in the CPU caches (physically indexed) depends on which
+// pages the allocator hands out, and the plain read ran at 14 or at 20 GB/s
+// on the same files from one process to the next.
+struct HugeBuffer {
+  explicit HugeBuffer(size_t n) : n_(n) {
+    const size_t huge = size_t{2} << 20, size = (n + huge - 1) / huge * huge;
+    p_ = static_cast<char*>(std::aligned_alloc(huge, size));
+    if (p_ == nullptr) throw std::bad_alloc();
+    (void)::madvise(p_, size, MADV_HUGEPAGE);
+    std::memset(p_, 0, n);
+  }
+  ~HugeBuffer() { std::free(p_); }
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  char* data() { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  char* p_;
+  size_t n_;
+};
+
 template <typename Consume>
 Result<double> ReadOnThreads(const std::vector<std::string>& urls,
                              const std::vector<int64_t>& sizes, int threads, size_t chunk,
@@ -115,7 +142,7 @@ Result<double> ReadOnThreads(const std::vector<std::string>& urls,
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      std::vector<char> b(chunk);
+      HugeBuffer b(chunk);
       for (size_t i = 0; i < urls.size(); ++i) {
         uint64_t begin = 0, left = UINT64_MAX;
         if (sizes[i] >= 0) {

@@ -248,3 +248,27 @@ def test_zstd_shards_and_brace_pattern_without_counts(tmp_path):
             len(lo)
         rows = [int(r[0]) for b in lo for r in b["tokens.npy"]]
     assert sorted(rows) == list(range(30))
+
+
+def test_direct_reads_give_the_same_token_batches(tmp_path):
+    # Token documents of an indexed, uncompressed shard set are read straight
+    # into the batch; the batches are those of the read-buffer path.
+    rng = np.random.default_rng(5)
+    with shardstream.ShardWriter(str(tmp_path), max_samples=40, write_index=True) as w:
+        for i in range(120):
+            n = int(rng.integers(0, 90))
+            w.write({"__key__": f"d{i:04d}", "tokens.npy": np.arange(n, dtype=np.int32) + 1000 * i})
+    manifest = str(tmp_path / "manifest.jsonl")
+    runs = {}
+    for direct in (True, False):
+        with shardstream.Loader(manifest, tokens={"field": "tokens.npy", "seq_len": 32, "eod_token": -1},
+                                batch_size=4, shuffle=False, direct_reads=direct) as lo:
+            batches = [{k: np.array(v) for k, v in b.items() if isinstance(v, np.ndarray)} for b in lo]
+            runs[direct] = (batches, lo.stats()["direct_samples"])
+    (a, direct_samples), (b, buffered_samples) = runs[True], runs[False]
+    assert direct_samples == 120 and buffered_samples == 0
+    assert len(a) == len(b) > 10
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys() and "tokens" in x
+        for k in x:
+            assert np.array_equal(x[k], y[k]), k
