@@ -269,7 +269,8 @@ TEST(ShardWriterTest, IndexRecordsWhereEveryFieldAndNpyValueLies) {
     for (size_t j = 0; j < tok.size(); ++j) tok[j] = static_cast<int32_t>(i * 1000 + j);
     std::string tok_bytes(reinterpret_cast<const char*>(tok.data()), tok.size() * 4);
     std::string grid(2 * 3 * 8, static_cast<char>(i));
-    in.fields = {{"tokens.npy", EncodeNpy(DType::kInt32, {static_cast<int64_t>(tok.size())}, tok_bytes)},
+    const int64_t n = static_cast<int64_t>(tok.size());
+    in.fields = {{"tokens.npy", EncodeNpy(DType::kInt32, {n}, tok_bytes)},
                  {"grid.npy", EncodeNpy(DType::kFloat64, {2, 3}, grid)},
                  {"txt", "text " + std::to_string(i)},
                  {"bad.npy", "not an array"}};

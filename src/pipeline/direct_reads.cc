@@ -28,8 +28,8 @@ constexpr uint64_t kMaxHeaders = 4096 + kTarBlock;
 Status Mismatch(const DirectShard& s, uint64_t offset, int64_t sample, const std::string& what) {
   return Status(StatusCode::kCorrupt,
                 "shard " + s.url + " does not match its sample index at byte " +
-                    std::to_string(offset) + " (sample '" + std::string(s.key(sample)) + "'): " + what +
-                    "; rebuild the index with `shardstream index`",
+                    std::to_string(offset) + " (sample '" + std::string(s.key(sample)) +
+                    "'): " + what + "; rebuild the index with `shardstream index`",
                 s.url, static_cast<int64_t>(offset));
 }
 
@@ -82,8 +82,9 @@ Status ReadFully(const DirectShard& s, uint64_t offset, iovec* iov, size_t n) {
     const ssize_t got = ::preadv(s.fd, iov, static_cast<int>(n), static_cast<off_t>(offset));
     if (got < 0) {
       if (errno == EINTR) continue;
-      return Status(StatusCode::kIo, "reading shard " + s.url + " at byte " + std::to_string(offset) +
-                                         ": " + std::strerror(errno),
+      return Status(StatusCode::kIo,
+                    "reading shard " + s.url + " at byte " + std::to_string(offset) + ": " +
+                        std::strerror(errno),
                     s.url, static_cast<int64_t>(offset));
     }
     if (got == 0)
@@ -122,7 +123,8 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
     return nullptr;
   }
   struct stat st;
-  if (::stat(IndexUrlFor(path).c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > max_index_bytes) {
+  if (::stat(IndexUrlFor(path).c_str(), &st) == 0 &&
+      static_cast<uint64_t>(st.st_size) > max_index_bytes) {
     *why = "its index has " + std::to_string(st.st_size) + " bytes, more than " +
            std::to_string(max_index_bytes) + " (8 x read_chunk)";
     return nullptr;
@@ -133,7 +135,8 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
     return nullptr;
   }
   if (index->compressed || !index->has_fields()) {
-    *why = index->compressed ? "compressed" : "its index is version 1 (`shardstream index` rebuilds it)";
+    *why = index->compressed ? "compressed"
+                             : "its index is version 1 (`shardstream index` rebuilds it)";
     return nullptr;
   }
   const uint64_t n = index->samples.size();
@@ -182,7 +185,8 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
     return nullptr;
   }
   s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (s->fd < 0 || ::fstat(s->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != index->shard_size) {
+  if (s->fd < 0 || ::fstat(s->fd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) != index->shard_size) {
     *why = s->fd < 0 ? std::string(std::strerror(errno)) : "its index is stale";
     return nullptr;
   }
@@ -246,8 +250,9 @@ void DirectReads::Plan() {
     const size_t from = gathered_.size();
     for (const Piece& p : pieces_)
       if (p.shard == shard.get()) gathered_.push_back(p);
-    if (!std::is_sorted(gathered_.begin() + static_cast<ptrdiff_t>(from), gathered_.end(), by_offset))
-      std::sort(gathered_.begin() + static_cast<ptrdiff_t>(from), gathered_.end(), by_offset);
+    const auto first = gathered_.begin() + static_cast<ptrdiff_t>(from);
+    if (!std::is_sorted(first, gathered_.end(), by_offset))
+      std::sort(first, gathered_.end(), by_offset);
   }
   pieces_.swap(gathered_);
   jobs_.clear();
@@ -307,7 +312,8 @@ Status DirectReads::Check(const Piece& p) const {
   // was made from it, and the ustar name here may be cut short.
   const bool named = key.size() + 1 + s.field.size() > Ustar::kNameLen || NameIs(h, key, s.field);
   if (!file || !named) {
-    if (!ChecksumMatches(h)) return Mismatch(s, p.offset, p.check, "no intact tar header there (bad checksum)");
+    if (!ChecksumMatches(h))
+      return Mismatch(s, p.offset, p.check, "no intact tar header there (bad checksum)");
     if (!file)
       return Mismatch(s, p.offset, p.check,
                       "the tar header is not that of a " + std::to_string(size) + "-byte file");

@@ -70,7 +70,8 @@ std::string SerializeSampleIndex(const SampleIndex& index) {
   // Without field records (an index made by hand) it is a version 1 file.
   bool v2 = !index.fields.empty();
   for (const auto& e : index.samples)
-    v2 = v2 && e.first_field <= index.fields.size() && e.nfields <= index.fields.size() - e.first_field;
+    v2 = v2 && e.first_field <= index.fields.size() &&
+         e.nfields <= index.fields.size() - e.first_field;
   Put32(&out, v2 ? kVersion : 1u);
   Put32(&out, index.compressed ? 1u : 0u);
   Put64(&out, index.shard_size);

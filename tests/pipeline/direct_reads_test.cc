@@ -67,7 +67,8 @@ Epoch Drain(Loader* l, int64_t max_batches = -1) {
     }
     SampleId id;
     int64_t tokens = 0;
-    if (b->continued(&id, &tokens)) s += "continued " + std::to_string(id.index) + ":" + std::to_string(tokens);
+    if (b->continued(&id, &tokens))
+      s += "continued " + std::to_string(id.index) + ":" + std::to_string(tokens);
     e.batches.push_back(std::move(s));
   }
   e.direct = l->stats().direct_samples;
@@ -346,8 +347,10 @@ TEST(DirectReadsTest, AShardChangedSinceIndexingFailsNamingItAndTheOffset) {
     ASSERT_FALSE(got.error.ok()) << dmg.what;
     EXPECT_EQ(got.error.code(), StatusCode::kCorrupt) << dmg.what << ": " << got.error;
     EXPECT_NE(got.error.message().find(c.shard_paths[1]), std::string::npos) << got.error;
-    EXPECT_NE(got.error.message().find(dmg.says), std::string::npos) << dmg.what << ": " << got.error;
-    EXPECT_EQ(got.error.offset(), static_cast<int64_t>(dmg.reported)) << dmg.what << ": " << got.error;
+    EXPECT_NE(got.error.message().find(dmg.says), std::string::npos)
+        << dmg.what << ": " << got.error;
+    EXPECT_EQ(got.error.offset(), static_cast<int64_t>(dmg.reported))
+        << dmg.what << ": " << got.error;
     // Every batch before the error is whole: the same as an undamaged run's.
     Epoch clean = RunEpoch(TokenOptions(d.manifest), true);
     ASSERT_LE(got.batches.size(), clean.batches.size());
