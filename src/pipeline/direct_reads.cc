@@ -126,7 +126,7 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
   if (::stat(IndexUrlFor(path).c_str(), &st) == 0 &&
       static_cast<uint64_t>(st.st_size) > max_index_bytes) {
     *why = "its index has " + std::to_string(st.st_size) + " bytes, more than " +
-           std::to_string(max_index_bytes) + " (8 x read_chunk)";
+           std::to_string(max_index_bytes) + " (4 x read_chunk)";
     return nullptr;
   }
   auto index = ReadSampleIndex(url);
@@ -181,7 +181,7 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
   const uint64_t kept = s->docs.size() * sizeof(DirectShard::Doc) + s->keys.size();
   if (kept > max_index_bytes) {
     *why = "what it needs of its index takes " + std::to_string(kept) + " bytes, more than " +
-           std::to_string(max_index_bytes) + " (8 x read_chunk)";
+           std::to_string(max_index_bytes) + " (4 x read_chunk)";
     return nullptr;
   }
   s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -60,8 +60,7 @@ struct SHARDSTREAM_EXPORT DirectShard {
 // the usual way. It needs a local file, a version 2 index that is not stale
 // and, in every one of those samples, `field` as a 1-D .npy array of
 // `dtype` with headers of at most 4 KiB; and both the index file and what
-// is kept of it must stay within `max_index_bytes` (what the lane's read
-// buffers would take).
+// is kept of it must stay within `max_index_bytes`.
 SHARDSTREAM_EXPORT std::shared_ptr<const DirectShard> OpenDirectShard(
     const std::string& url, const std::string& field, DType dtype, int64_t first, int64_t end,
     uint64_t max_index_bytes, std::string* why);
