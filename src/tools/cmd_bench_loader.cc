@@ -420,6 +420,7 @@ int Run(const Args& a) {
       {"assembler_waiting_for_readers", st.reader_wait_seconds / loader_total},
       {"assembler_waiting_for_caller", st.caller_wait_seconds / loader_total},
       {"memory_kind", HostMemoryKindName(st.memory_kind)},
+      {"direct_samples", st.direct_samples},  // all epochs, warm-up included
       {"cross_core_round_trip_ns", Median(round_trip_ns)},
       {"cross_core_round_trip_ns_max",
        round_trip_ns.empty() ? 0 : *std::max_element(round_trip_ns.begin(), round_trip_ns.end())},
