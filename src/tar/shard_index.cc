@@ -152,8 +152,8 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
         return bad("truncated at a field of sample " + std::to_string(i), at);
       f.ndim = ndim == 0xff ? -1 : ndim;
       f.dtype = static_cast<DType>(dtype);
-      const bool inside = f.offset >= e.offset && f.size <= prev_end - f.offset &&
-                          f.offset <= prev_end;
+      const bool inside = f.offset >= e.offset && f.offset <= prev_end &&
+                          f.size <= prev_end - f.offset;
       bool ok = inside && (f.ndim == -1 || f.ndim <= kMaxDims);
       if (ok && f.ndim >= 0) {
         // The values fill the field's data after the header, exactly.
