@@ -11,11 +11,10 @@
 //             the bytes between them into a scratch buffer: one copy, but it
 //             needs every span's place in the file before reading
 //   headers   one 640-byte read per sample at its tar header: what learning
-//             those places by reading costs (the headers are not otherwise
-//             known: the sample index records samples, not fields)
+//             those places by reading costs, without a version 2 index
 // Each thread reads every shard (starting at a different one), so the work
 // is even; GB/s count the file bytes all threads covered. The span layout
-// is taken once, untimed, with TarReader.
+// is taken once, untimed, from the sample index TarReader builds.
 //
 // Usage: copy_ceiling_benchmark [--threads N] [--runs N] [--field NAME]
 //                               SHARD.tar ...
@@ -36,7 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "shardstream/decode.h"
+#include "shardstream/shard_index.h"
 #include "shardstream/tar_reader.h"
 #include "tools/bench_util.h"
 
@@ -66,37 +65,27 @@ constexpr size_t kMaxGap = size_t{64} << 10;
 constexpr size_t kHeaderRead = 640;  // a tar header and a .npy header
 
 bool Scan(const std::string& path, const std::string& field, Shard* out) {
-  TarReaderOptions o;
-  o.build_index = false;
-  auto reader = TarReader::Open(path, o);
-  if (!reader.ok()) {
-    std::cerr << reader.status() << "\n";
+  auto index = BuildSampleIndex(path);
+  if (!index.ok()) {
+    std::cerr << index.status() << "\n";
     return false;
   }
-  Sample s;
-  FieldSpec spec;
-  spec.name = field;
-  while (true) {
-    auto more = (*reader)->Next(&s);
-    if (!more.ok()) {
-      std::cerr << more.status() << "\n";
-      return false;
+  for (const SampleIndexEntry& e : index->samples) {
+    for (uint64_t j = e.first_field; j < e.first_field + e.nfields; ++j) {
+      const SampleIndexField& f = index->fields[j];
+      if (f.name != field) continue;
+      if (f.ndim < 0) {
+        std::cerr << path << ": field '" << field << "' of sample '" << e.key
+                  << "' is not an .npy array\n";
+        return false;
+      }
+      out->spans.push_back(Span{e.offset, f.payload, f.offset + f.size - f.payload});
     }
-    if (!*more) break;
-    const Field* f = s.Find(field);
-    if (f == nullptr) continue;
-    auto d = DecodeField(f->data, spec, FieldContext{s.key, field, s.url, f->offset});
-    if (!d.ok()) {
-      std::cerr << d.status() << "\n";
-      return false;
-    }
-    const uint64_t start = f->offset + static_cast<uint64_t>(d->data.data() - f->data.data());
-    out->spans.push_back(Span{s.offset, start, d->data.size()});
   }
   out->path = path;
   out->fd = ::open(path.c_str(), O_RDONLY);
   if (out->fd < 0 || out->spans.empty()) return false;
-  out->size = static_cast<uint64_t>(::lseek(out->fd, 0, SEEK_END));
+  out->size = index->shard_size;
   return true;
 }
 

@@ -211,6 +211,7 @@ class SHARDSTREAM_EXPORT TokenPacker {
   std::function<void()> notify_;
   std::vector<MetaOp> ops_;  // of the batch being packed (defer_)
   DirectReads reads_;        // of the batch being packed
+  std::vector<size_t> meta_cuts_;  // its metadata jobs (Pending::meta_cuts), swapped in
   // A batch handed over, waiting for its reads and metadata stores.
   struct Pending {
     Batch batch;
@@ -218,7 +219,7 @@ class SHARDSTREAM_EXPORT TokenPacker {
     DirectReads reads;        // swapped with reads_, likewise
     // Jobs: the reads' first, then the metadata stores in parts of about
     // kMetaJobTokens tokens (ops [meta_cuts[m], meta_cuts[m + 1])).
-    std::vector<size_t> meta_cuts;
+    std::vector<size_t> meta_cuts;  // swapped with meta_cuts_
     size_t jobs = 0, next_job = 0, jobs_done = 0;
     Status read_error;
     char* positions = nullptr;

@@ -72,9 +72,11 @@ Status TokenPacker::Init() {
   // grows the list once, and it keeps its capacity.
   if (defer_) {
     ops_.reserve(static_cast<size_t>(batch_size_) * 10);
+    const size_t cuts = static_cast<size_t>(batch_size_ * opt_.seq_len) / kMetaJobTokens + 2;
+    meta_cuts_.reserve(cuts);
     for (Pending& p : pending_) {
       p.ops.reserve(ops_.capacity());
-      p.meta_cuts.reserve(static_cast<size_t>(batch_size_ * opt_.seq_len) / kMetaJobTokens + 2);
+      p.meta_cuts.reserve(cuts);
     }
   }
   // A row holds at most seq_len documents; 8 per row covers typical packing,
@@ -161,6 +163,17 @@ Status TokenPacker::Complete() {
   char* second = meta_ ? w.column(kSecond) : nullptr;
   Batch b = slots_.FinishBatch();
   reads_.Plan();
+  // The metadata in parts, so several workers write it, alongside the reads.
+  meta_cuts_.clear();
+  size_t tokens = 0;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (i == 0 || tokens >= kMetaJobTokens) {
+      meta_cuts_.push_back(i);
+      tokens = 0;
+    }
+    tokens += ops_[i].k;
+  }
+  if (!ops_.empty()) meta_cuts_.push_back(ops_.size());
   std::unique_lock<std::mutex> lock(pending_mu_);
   DrainLocked(lock, kMaxPending - 1);  // room for this one: help the oldest along
   if (!pending_error_.ok()) {
@@ -172,17 +185,7 @@ Status TokenPacker::Complete() {
   p.batch = std::move(b);
   p.ops.swap(ops_);  // ops_ gets the list FinishLocked emptied
   swap(p.reads, reads_);
-  // The metadata in parts, so several workers write it, alongside the reads.
-  p.meta_cuts.clear();
-  size_t tokens = 0;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (i == 0 || tokens >= kMetaJobTokens) {
-      p.meta_cuts.push_back(i);
-      tokens = 0;
-    }
-    tokens += p.ops[i].k;
-  }
-  if (!p.ops.empty()) p.meta_cuts.push_back(p.ops.size());
+  p.meta_cuts.swap(meta_cuts_);
   p.jobs = p.reads.jobs() + (p.meta_cuts.empty() ? 0 : p.meta_cuts.size() - 1);
   p.next_job = 0;
   p.jobs_done = 0;

@@ -82,10 +82,12 @@ Epoch RunEpoch(LoaderOptions o, bool direct) {
   return Drain(l->get());
 }
 
-testing::Dataset Tokens(const std::string& dir, int shards = 4, int per_shard = 60) {
+// max_doc_tokens 300 with seq_len 64: documents span rows and batches.
+testing::Dataset Tokens(const std::string& dir, int shards = 4, int per_shard = 60,
+                        int max_doc_tokens = 300) {
   DatasetSpec spec{shards, per_shard};
   spec.tokens = true;
-  spec.max_doc_tokens = 300;  // seq_len 64: documents span rows and batches
+  spec.max_doc_tokens = max_doc_tokens;
   return testing::WriteDataset(dir, spec);
 }
 
@@ -202,10 +204,7 @@ TEST(DirectReadsTest, ShardsWithoutAVersion2IndexAreReadThroughBuffers) {
 // them (4 x read_chunk) is not loaded, and the shard is read the usual way.
 TEST(DirectReadsTest, AnIndexLargerThanTheReadBuffersIsNotLoaded) {
   TempDir dir;
-  DatasetSpec spec{1, 7000};
-  spec.tokens = true;
-  spec.max_doc_tokens = 8;
-  auto d = testing::WriteDataset(dir.path(), spec);
+  auto d = Tokens(dir.path(), 1, 7000, 8);
   std::string idx = testing::ReadFile(IndexUrlFor(d.shard_paths[0]));
   LoaderOptions o = TokenOptions(d.manifest);
   o.read_chunk = 64 << 10;  // 512 KiB of read buffers, 256 KiB for the index
