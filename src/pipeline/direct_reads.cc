@@ -1,6 +1,7 @@
 #include "pipeline/direct_reads.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 
 #include "shardstream/decode.h"
 #include "shardstream/url.h"
+#include "tar/index_records.h"
 #include "tar/tar_format.h"
 
 namespace shardstream::internal {
@@ -112,81 +114,200 @@ Status ReadFully(const DirectShard& s, uint64_t offset, iovec* iov, size_t n) {
 
 DirectShard::~DirectShard() {
   if (fd >= 0) ::close(fd);
+  if (recycler != nullptr) recycler->Give(this);
 }
+
+void DirectRecycler::Take(DirectShard* s) {
+  s->recycler = shared_from_this();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty()) return;
+  Kept& k = free_.back();
+  kept_bytes_ -= Bytes(k);
+  s->docs.swap(k.docs);
+  s->keys.swap(k.keys);
+  free_.pop_back();
+}
+
+void DirectRecycler::Give(DirectShard* s) {
+  Kept k;
+  k.docs.swap(s->docs);
+  k.keys.swap(s->keys);
+  k.docs.clear();
+  k.keys.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kept_bytes_ + Bytes(k) > max_bytes_) return;  // freed as k goes
+  kept_bytes_ += Bytes(k);
+  free_.push_back(std::move(k));
+}
+
+namespace {
+
+// Keeps, of the samples [first, last) of an index, what direct reads need
+// of `field`; stops the walk after `last`. `why` says what rules it out.
+class DirectSink : public IndexSink {
+ public:
+  DirectSink(DirectShard* s, int64_t end, uint64_t max_bytes)
+      : s_(s), end_(end), max_bytes_(max_bytes) {}
+  uint64_t shard_size = 0;
+  std::string why;
+
+  Status Header(const IndexHeader& h) override {
+    shard_size = h.shard_size;
+    const uint64_t n = h.samples;
+    last_ = end_ < 0 ? n : static_cast<uint64_t>(end_);
+    if (h.compressed) {
+      why = "compressed";
+    } else if (h.version < 2) {
+      why = "its index is version 1 (`shardstream index` rebuilds it)";
+    } else if (s_->first < 0 || static_cast<uint64_t>(s_->first) > last_ || last_ > n) {
+      why = "the index lists " + std::to_string(n) + " samples, fewer than the plan";
+    } else {
+      const uint64_t docs = last_ - static_cast<uint64_t>(s_->first);
+      if (docs > max_bytes_ / sizeof(DirectShard::Doc)) {
+        why = "what it needs of its index takes more than " + std::to_string(max_bytes_) +
+              " bytes (4 x read_chunk)";
+      } else {
+        s_->docs.reserve(static_cast<size_t>(docs));
+      }
+    }
+    return Status::OK();
+  }
+
+  bool Sample(uint64_t i, const IndexSampleRecord& r) override {
+    if (!why.empty() || i >= last_) return false;
+    if (i < static_cast<uint64_t>(s_->first)) return true;
+    if (!s_->docs.empty() && !found_) return Missing(i - 1);
+    if (r.key.size() > UINT32_MAX || s_->keys.size() > UINT32_MAX - r.key.size() ||
+        (s_->docs.size() + 1) * sizeof(DirectShard::Doc) + s_->keys.size() + r.key.size() >
+            max_bytes_) {
+      why = "what it needs of its index takes more than " + std::to_string(max_bytes_) +
+            " bytes (4 x read_chunk)";
+      return false;
+    }
+    DirectShard::Doc d;
+    d.offset = r.offset;
+    d.length = r.length;
+    d.key_at = static_cast<uint32_t>(s_->keys.size());
+    d.key_len = static_cast<uint32_t>(r.key.size());
+    s_->keys.append(r.key.data(), r.key.size());
+    s_->docs.push_back(d);
+    found_ = false;
+    return true;
+  }
+
+  void Field(uint64_t i, uint32_t, const IndexFieldRecord& f) override {
+    if (found_ || i < static_cast<uint64_t>(s_->first) || !why.empty() || f.name != s_->field)
+      return;
+    found_ = true;
+    DirectShard::Doc& d = s_->docs.back();
+    if (f.ndim != 1 || f.dtype != s_->dtype || f.payload - f.offset + kTarBlock > kMaxHeaders ||
+        f.offset < d.offset + kTarBlock) {
+      Missing(i);
+      return;
+    }
+    d.field = f.offset;
+    d.payload = f.payload;
+    d.count = f.count;
+    d.header_hash = f.header_hash;
+  }
+
+  // After a successful walk (which saw every sample of the range): whether
+  // the range can be read directly.
+  bool Done() {
+    if (why.empty() && !s_->docs.empty() && !found_) Missing(last_ - 1);
+    return why.empty();
+  }
+
+ private:
+  bool Missing(uint64_t i) {
+    why = "sample " + std::to_string(i) + " has no 1-D " + std::string(DTypeName(s_->dtype)) +
+          " field '" + s_->field + "' by its index";
+    return false;
+  }
+  DirectShard* s_;
+  int64_t end_;
+  uint64_t max_bytes_;
+  uint64_t last_ = 0;
+  bool found_ = false;  // the current sample's field
+};
+
+// A local file mapped whole, read-only: an index is walked once, straight
+// from the page cache (no copy, and no fresh pages to fault in).
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  // False with the reason in *why; a file over `max_bytes` is not mapped.
+  bool Open(const std::string& path, uint64_t max_bytes, std::string* why) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      *why = "no sample index " + path + " (" + std::strerror(errno) + ")";
+      return false;
+    }
+    struct stat st;
+    bool ok = ::fstat(fd, &st) == 0;
+    if (ok && static_cast<uint64_t>(st.st_size) > max_bytes) {
+      *why = "its index has " + std::to_string(st.st_size) + " bytes, more than " +
+             std::to_string(max_bytes) + " (4 x read_chunk)";
+      ::close(fd);
+      return false;
+    }
+    if (ok && st.st_size > 0) {
+      size_ = static_cast<size_t>(st.st_size);
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      ok = p != MAP_FAILED;
+      data_ = ok ? p : nullptr;
+    }
+    if (!ok) *why = "reading its sample index " + path + " failed (" + std::strerror(errno) + ")";
+    ::close(fd);
+    return ok;
+  }
+  std::string_view view() const {
+    return data_ == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(data_), size_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace
 
 std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
                                                    DType dtype, int64_t first, int64_t end,
-                                                   uint64_t max_index_bytes, std::string* why) {
+                                                   uint64_t max_index_bytes,
+                                                   const std::shared_ptr<DirectRecycler>& recycler,
+                                                   std::string* why) {
   const std::string path = LocalPath(url);
   if (path.empty()) {
     *why = "not a local file";
     return nullptr;
   }
-  struct stat st;
-  if (::stat(IndexUrlFor(path).c_str(), &st) == 0 &&
-      static_cast<uint64_t>(st.st_size) > max_index_bytes) {
-    *why = "its index has " + std::to_string(st.st_size) + " bytes, more than " +
-           std::to_string(max_index_bytes) + " (4 x read_chunk)";
-    return nullptr;
-  }
-  auto index = ReadSampleIndex(url);
-  if (!index.ok()) {
-    *why = index.status().ToString();
-    return nullptr;
-  }
-  if (index->compressed || !index->has_fields()) {
-    *why = index->compressed ? "compressed"
-                             : "its index is version 1 (`shardstream index` rebuilds it)";
-    return nullptr;
-  }
-  const uint64_t n = index->samples.size();
-  const uint64_t last = end < 0 ? n : static_cast<uint64_t>(end);
-  if (first < 0 || static_cast<uint64_t>(first) > last || last > n) {
-    *why = "the index lists " + std::to_string(n) + " samples, fewer than the plan";
-    return nullptr;
-  }
+  MappedFile index;
+  if (!index.Open(IndexUrlFor(path), max_index_bytes, why)) return nullptr;
   auto s = std::make_shared<DirectShard>();
+  if (recycler != nullptr) recycler->Take(s.get());
   s->field = field;
   s->dtype = dtype;
   s->first = first;
-  s->docs.reserve(static_cast<size_t>(last - static_cast<uint64_t>(first)));
-  for (uint64_t i = static_cast<uint64_t>(first); i < last; ++i) {
-    const SampleIndexEntry& e = index->samples[i];
-    const SampleIndexField* f = nullptr;
-    for (uint64_t j = e.first_field; j < e.first_field + e.nfields; ++j) {
-      if (index->fields[j].name == field) {
-        f = &index->fields[j];
-        break;
-      }
-    }
-    if (f == nullptr || f->ndim != 1 || f->dtype != dtype ||
-        f->payload - f->offset + kTarBlock > kMaxHeaders || f->offset < e.offset + kTarBlock ||
-        e.key.size() > UINT32_MAX || s->keys.size() > UINT32_MAX - e.key.size()) {
-      *why = "sample " + std::to_string(i) + " has no 1-D " + std::string(DTypeName(dtype)) +
-             " field '" + field + "' by its index";
-      return nullptr;
-    }
-    DirectShard::Doc d;
-    d.offset = e.offset;
-    d.length = e.length;
-    d.field = f->offset;
-    d.payload = f->payload;
-    d.count = f->count;
-    d.header_hash = f->header_hash;
-    d.key_at = static_cast<uint32_t>(s->keys.size());
-    d.key_len = static_cast<uint32_t>(e.key.size());
-    s->keys += e.key;
-    s->docs.push_back(d);
-  }
-  const uint64_t kept = s->docs.size() * sizeof(DirectShard::Doc) + s->keys.size();
-  if (kept > max_index_bytes) {
-    *why = "what it needs of its index takes " + std::to_string(kept) + " bytes, more than " +
-           std::to_string(max_index_bytes) + " (4 x read_chunk)";
+  DirectSink sink(s.get(), end, max_index_bytes);
+  Status walked = WalkSampleIndex(index.view(), IndexUrlFor(url), &sink);
+  if (!walked.ok()) {
+    *why = walked.ToString();
     return nullptr;
   }
+  if (!sink.Done()) {
+    *why = sink.why;
+    return nullptr;
+  }
+  struct stat st;
   s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (s->fd < 0 || ::fstat(s->fd, &st) != 0 ||
-      static_cast<uint64_t>(st.st_size) != index->shard_size) {
+      static_cast<uint64_t>(st.st_size) != sink.shard_size) {
     *why = s->fd < 0 ? std::string(std::strerror(errno)) : "its index is stale";
     return nullptr;
   }

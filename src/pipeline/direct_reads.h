@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,6 +25,8 @@
 #include "shardstream/shard_index.h"
 
 namespace shardstream::internal {
+
+class DirectRecycler;
 
 // An open shard and, for the samples of one range, what its index says of
 // each one's token field (the rest of the index is not kept: 56 bytes and
@@ -41,6 +44,8 @@ struct SHARDSTREAM_EXPORT DirectShard {
   DirectShard(const DirectShard&) = delete;
   DirectShard& operator=(const DirectShard&) = delete;
   ~DirectShard();
+  // What it keeps in memory, roughly.
+  uint64_t memory() const { return docs.size() * sizeof(Doc) + keys.size(); }
   const Doc& doc(int64_t sample) const { return docs[static_cast<size_t>(sample - first)]; }
   std::string_view key(int64_t sample) const {
     const Doc& d = doc(sample);
@@ -53,17 +58,43 @@ struct SHARDSTREAM_EXPORT DirectShard {
   int64_t first = 0;  // the range's first sample
   std::vector<Doc> docs;
   std::string keys;
+  std::shared_ptr<DirectRecycler> recycler;  // gets docs and keys back, if set
+};
+
+// Memory for DirectShards' records, kept across shards and epochs: each
+// epoch loads every shard's records again, and fresh pages for them (a
+// fault per 4 KiB) cost more than walking the index. Keeps at most
+// `max_bytes` of idle capacity. Any thread.
+class SHARDSTREAM_EXPORT DirectRecycler : public std::enable_shared_from_this<DirectRecycler> {
+ public:
+  explicit DirectRecycler(uint64_t max_bytes) : max_bytes_(max_bytes) {}
+  // Gives `s` kept (empty) vectors, if any, and makes it give them back.
+  void Take(DirectShard* s);
+  void Give(DirectShard* s);
+
+ private:
+  struct Kept {
+    std::vector<DirectShard::Doc> docs;
+    std::string keys;
+  };
+  static uint64_t Bytes(const Kept& k) {
+    return k.docs.capacity() * sizeof(DirectShard::Doc) + k.keys.capacity();
+  }
+  std::mutex mu_;
+  uint64_t max_bytes_;
+  uint64_t kept_bytes_ = 0;
+  std::vector<Kept> free_;
 };
 
 // Opens `url` for direct reads of `field` in samples [first, end) (end -1:
 // to the last), or returns null with the reason in *why, and the lane reads
-// the usual way. It needs a local file, a version 2 index that is not stale
+// the usual way. Its records' memory comes from `recycler` (if set). It needs a local file, a version 2 index that is not stale
 // and, in every one of those samples, `field` as a 1-D .npy array of
 // `dtype` with headers of at most 4 KiB; and both the index file and what
 // is kept of it must stay within `max_index_bytes`.
 SHARDSTREAM_EXPORT std::shared_ptr<const DirectShard> OpenDirectShard(
     const std::string& url, const std::string& field, DType dtype, int64_t first, int64_t end,
-    uint64_t max_index_bytes, std::string* why);
+    uint64_t max_index_bytes, const std::shared_ptr<DirectRecycler>& recycler, std::string* why);
 
 // A document placed by index: its shard and sample there.
 struct DirectDoc {

@@ -61,6 +61,9 @@ class Loader::Impl {
   // Batch slots for every epoch (allocated, or pinned, once); each run holds
   // its own reference, and a batch the caller keeps holds its slot.
   std::shared_ptr<BufferPool> pool;
+  // Direct reads' index records, likewise: at most half a ring's bytes per
+  // lane kept idle between shards and epochs.
+  std::shared_ptr<internal::DirectRecycler> recycler;
   std::unique_ptr<internal::RunCounters> counters = std::make_unique<internal::RunCounters>();
   Status sticky;
   bool ended = false;
@@ -258,6 +261,11 @@ Result<Batch> Loader::next() {
     rc.epoch = m.epoch;
     rc.skip_tokens = m.partial;
     rc.pool = &m.pool;
+    if (!m.recycler && m.opt.direct_reads && !m.opt.tokens.field.empty())
+      m.recycler = std::make_shared<internal::DirectRecycler>(
+          static_cast<uint64_t>(std::max(m.opt.open_shards, m.opt.reader_threads)) *
+          internal::RingBytes(m.opt) / 2);
+    rc.recycler = m.recycler;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
     std::lock_guard<std::mutex> lock(m.run_mu);
     if (m.cancelled.load()) return Status::Cancelled("loader stopped");

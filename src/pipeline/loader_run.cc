@@ -90,6 +90,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
                 opt_.error_policy == ErrorPolicy::kRaise && opt_.shuffle_buffer <= 1;
     lc.direct_field = spec.name;
     lc.direct_dtype = opt_.tokens.dtype;
+    lc.direct_recycler = config_.recycler;
   }
   const bool direct = lc.direct;
   lc.consume = [this] { return Assemble(); };
@@ -159,6 +160,7 @@ Status LoaderRun::Emit(Batch&& b) {
 int LoaderRun::Assemble() {
   int want = -1;
   Status s = Advance(&want);
+  for (DirectCursor& c : direct_) FlushDirect(&c);
   if (s.ok() && want >= 0) return want;
   if (stop_.load()) return -1;
   if (packer_ != nullptr) {
@@ -204,7 +206,7 @@ Status LoaderRun::Process(LaneItem* item) {
         auto it = config_.skip_tokens.find({item->shard, s.index});
         if (it != config_.skip_tokens.end()) skip = it->second;
       }
-      st = packer_->Add(row, item->decoded, skip, item->direct.valid() ? &item->direct : nullptr);
+      st = packer_->Add(row, item->decoded, skip, nullptr);
     } else {
       st = item->decode_status;
     }
@@ -226,6 +228,40 @@ Status LoaderRun::Process(LaneItem* item) {
   return st;
 }
 
+Status LoaderRun::TakeDirect(DirectCursor* c) {
+  const DirectShard& d = *c->doc.shard;
+  const int64_t i = c->doc.sample;
+  const DirectShard::Doc& doc = d.doc(i);
+  RowInput row;
+  row.id = SampleId{static_cast<int32_t>(c->shard), i};
+  row.key = d.key(i);
+  row.url = d.url;
+  row.offset = doc.offset;
+  int64_t skip = 0;
+  if (!config_.skip_tokens.empty()) {
+    auto it = config_.skip_tokens.find({c->shard, i});
+    if (it != config_.skip_tokens.end()) skip = it->second;
+  }
+  c->tokens.shape[0] = static_cast<int64_t>(doc.count);
+  Status st = packer_->Add(row, c->tokens, skip, &c->doc);
+  // Counted as taken (they are read with their batch), a few at a time:
+  // an atomic add per document is a line bouncing between the workers.
+  c->bytes += doc.length;
+  ++c->taken;
+  ++c->doc.sample;
+  if (--c->left == 0 || c->taken == 64) FlushDirect(c);
+  if (c->left == 0) c->doc.shard.reset();
+  return st;
+}
+
+void LoaderRun::FlushDirect(DirectCursor* c) {
+  if (c->taken == 0) return;
+  counters_->bytes_file += c->bytes;  // direct reads are of local files only
+  counters_->direct_samples += c->taken;
+  c->bytes = 0;
+  c->taken = 0;
+}
+
 Status LoaderRun::Advance(int* want) {
   const int nl = lanes_->lanes();
   if (weight_.empty()) {
@@ -239,6 +275,12 @@ Status LoaderRun::Advance(int* want) {
         weight_[static_cast<size_t>(l)] += known_ ? r.end - r.first : 1;
       }
       if (!known_) weight_[static_cast<size_t>(l)] = lanes_->lane_ranges(l).empty() ? 0 : 1;
+    }
+    direct_.resize(static_cast<size_t>(nl));
+    for (DirectCursor& c : direct_) {
+      c.tokens.is_tensor = true;
+      c.tokens.ndim = 1;
+      c.tokens.dtype = opt_.tokens.dtype;
     }
     const uint64_t consumer = static_cast<uint64_t>(config_.plan.consumer);
     const uint64_t seed = Mix(Mix(opt_.seed, static_cast<uint64_t>(config_.epoch)), consumer);
@@ -267,6 +309,14 @@ Status LoaderRun::Advance(int* want) {
     }
     // Take from the drawn lane until it yields a sample (range ends pass by).
     const size_t lu = static_cast<size_t>(picked_);
+    DirectCursor& cur = direct_[lu];
+    if (cur.left > 0) {  // a direct range in progress: its next document
+      if (known_) --weight_[lu];
+      picked_ = -1;
+      SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
+      if (cur.left == 0) lanes_->DirectDone(static_cast<int>(lu));
+      continue;
+    }
     LaneItem* item = lanes_->TryPop(picked_);
     if (item == nullptr) {
       *want = picked_;
@@ -282,7 +332,17 @@ Status LoaderRun::Advance(int* want) {
     }
     if (known_) --weight_[lu];
     picked_ = -1;
-    if (!shuffle_) {
+    if (item->kind == LaneItem::kDirect) {
+      // Only without a shuffle buffer (RunConfig): documents go in order.
+      // Moved out: a ring slot is refilled only a ring of items later, and
+      // until then would keep the index (with its recycled memory) alive.
+      cur.doc.shard = std::move(item->direct.shard);
+      cur.doc.sample = item->direct.sample;
+      cur.left = static_cast<int64_t>(cur.doc.shard->docs.size());
+      cur.shard = item->shard;
+      SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
+      if (cur.left == 0) lanes_->DirectDone(static_cast<int>(lu));
+    } else if (!shuffle_) {
       SHARDSTREAM_RETURN_IF_ERROR(Process(item));  // in place: no swaps
     } else if (buffer_->Put(item, &out_)) {
       SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));

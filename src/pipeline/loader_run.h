@@ -47,6 +47,8 @@ struct RunConfig {
   std::map<std::pair<int64_t, int64_t>, int64_t> skip_tokens;
   // The Loader's slot pool, kept across epochs (see PoolConfig::keep).
   std::shared_ptr<BufferPool>* pool = nullptr;
+  // Direct reads' index memory, likewise (null: none kept).
+  std::shared_ptr<DirectRecycler> recycler;
 };
 
 class LoaderRun {
@@ -69,6 +71,17 @@ class LoaderRun {
   // the epoch is complete (*want = -1).
   Status Advance(int* want);
   Status Process(LaneItem* item);  // after the shuffle: decode and batch
+  // A lane's range read directly (LaneItem::kDirect), taken a document at
+  // a time straight from its index.
+  struct DirectCursor {
+    DirectDoc doc;       // the shard, and the next sample
+    int64_t left = 0;    // documents not yet taken
+    int64_t shard = -1;  // manifest index
+    DecodedField tokens;
+    uint64_t bytes = 0, taken = 0;  // not yet counted
+  };
+  Status TakeDirect(DirectCursor* c);
+  void FlushDirect(DirectCursor* c);
   static void ReleaseChunks(LaneItem* item);  // once its bytes are placed
   Status Emit(Batch&& b);
 
@@ -91,6 +104,7 @@ class LoaderRun {
   std::unique_ptr<ShuffleBuffer<LaneItem>> buffer_;
   bool shuffle_ = false;
   LaneItem out_;  // what the shuffle buffer lets out
+  std::vector<DirectCursor> direct_;  // per lane
 };
 
 }  // namespace shardstream::internal

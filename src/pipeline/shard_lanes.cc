@@ -118,6 +118,18 @@ LaneItem* ShardLanes::TryPop(int l) {
   return &lane->ring[(lane->head + lane->claim_pos++) % n];
 }
 
+void ShardLanes::DirectDone(int l) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Lane* lane = lanes_[static_cast<size_t>(l)].get();
+    const bool wanted = WantsMore(*lane);
+    --lane->direct_ahead;
+    wake = !wanted && WantsMore(*lane) && !lane->finished;
+  }
+  if (wake) space_.notify_one();
+}
+
 void ShardLanes::PostSide() {
   if (!config_.side) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -214,18 +226,23 @@ void ShardLanes::Run() {
     // one lock round trip. While the consumer waits for this lane, a burst
     // is a few samples; never more bytes than the ring's limit.
     const size_t burst = std::min(free, std::max<size_t>(8, lane->ring.size() / 4));
+    const int ahead = lane->direct_ahead;
     size_t made = 0;
     uint64_t made_bytes = 0;
+    int made_direct = 0;
     bool done = false;
     while (made < burst && !done) {
       Produce(lane, &lane->ring[slot]);
       made_bytes += lane->ring[slot].bytes;
+      const bool direct = lane->ring[slot].kind == LaneItem::kDirect;
+      made_direct += direct ? 1 : 0;
       slot = (slot + 1) % lane->ring.size();
       ++made;
       // Only the worker holding `busy` writes `finished` (under the lock,
       // for the other workers' predicates); reading it here needs no lock.
       done = lane->finished;
-      if (bytes + made_bytes >= config_.ring_bytes ||
+      if (bytes + made_bytes >= config_.ring_bytes || ahead + made_direct == kDirectAhead ||
+          (direct && waiting_for_.load(std::memory_order_relaxed) == lane->index) ||
           (made >= 8 && waiting_for_.load(std::memory_order_relaxed) == lane->index))
         break;
     }
@@ -235,6 +252,7 @@ void ShardLanes::Run() {
     lock.lock();
     lane->count += made;
     lane->bytes += made_bytes;
+    lane->direct_ahead += made_direct;
     lane->busy = false;
     after_burst = true;
     if (lane->index == consumer_lane_ && ConsumerRunnable() && sleepers_ > 0 && !done) {
@@ -250,10 +268,6 @@ void ShardLanes::Run() {
 }
 
 void ShardLanes::FlushCount(Lane* lane) {
-  if (lane->unpublished_direct > 0) {
-    counters_->direct_samples += lane->unpublished_direct;
-    lane->unpublished_direct = 0;
-  }
   // CloseReader flushes at the end of each range, so what is left belongs
   // to the range being read.
   if (lane->unpublished_bytes == 0 || lane->next_range >= lane->ranges.size()) return;
@@ -293,7 +307,7 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
     // Half the ring's bytes: until its ring has turned over, a lane's items
     // may still hold the index of the range before.
     lane->direct = OpenDirectShard(r.ref.url, config_.direct_field, config_.direct_dtype, r.first,
-                                   r.end, config_.ring_bytes / 2, &why);
+                                   r.end, config_.ring_bytes / 2, config_.direct_recycler, &why);
     if (lane->direct != nullptr) return Status::OK();
     Log().debug("reading {} through read buffers, not directly: {}", RedactUrl(r.ref.url), why);
   }
@@ -373,7 +387,19 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   }
   if (r.end >= 0 && lane->read == r.end - r.first) return finish_range();
   if (lane->direct) {
-    if (!ProduceDirect(lane, r, item)) finish_range();
+    // The whole range in one item: the consumer takes its documents from
+    // the index itself (no ring slot, no item per document). The lane opens
+    // kDirectAhead ranges ahead of the consumer's (Lane::direct_ahead), not
+    // every range whose index the ring's bytes could hold.
+    if (lane->read > 0) return finish_range();
+    const DirectShard& d = *lane->direct;
+    lane->read = static_cast<int64_t>(d.docs.size());
+    if (d.docs.empty()) return finish_range();
+    item->kind = LaneItem::kDirect;
+    item->shard = r.shard;
+    item->direct.shard = lane->direct;
+    item->direct.sample = d.first;
+    item->bytes = d.memory();
     return;
   }
   item->direct.shard.reset();
@@ -395,40 +421,6 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   item->bytes = item->sample.bytes();
   lane->unpublished_bytes += item->bytes;
   if (config_.prepare) config_.prepare(item);
-}
-
-bool ShardLanes::ProduceDirect(Lane* lane, const LaneRange& r, LaneItem* item) {
-  const DirectShard& d = *lane->direct;
-  const int64_t i = r.first + lane->read;
-  if (i - d.first >= static_cast<int64_t>(d.docs.size())) return false;
-  const DirectShard::Doc& doc = d.doc(i);
-  ++lane->read;
-  item->kind = LaneItem::kSample;
-  item->shard = r.shard;
-  Sample& s = item->sample;
-  s.key.assign(d.key(i));
-  s.url = d.url;
-  s.index = i;
-  s.offset = doc.offset;
-  s.fields.clear();
-  // The item keeps its shard until this lane fills its slot again: the
-  // reference counts then change on this core only, never per sample on
-  // the assembler's (a ring's worth of items may hold an index longer).
-  if (item->direct.shard != lane->direct) item->direct.shard = lane->direct;
-  item->direct.sample = i;
-  // Field by field: assigning a fresh DecodedField costs more than the rest
-  // of this function (a rep stos, then a stalled copy of it).
-  item->decoded.data = {};
-  item->decoded.is_tensor = true;
-  item->decoded.is_string = false;
-  item->decoded.is_label = false;
-  item->decoded.ndim = 1;
-  item->decoded.shape[0] = static_cast<int64_t>(doc.count);
-  item->decoded.dtype = d.dtype;
-  item->decode_status = Status::OK();
-  lane->unpublished_bytes += doc.length;  // read later, but from this file
-  ++lane->unpublished_direct;
-  return true;
 }
 
 }  // namespace shardstream::internal

@@ -49,7 +49,9 @@ struct LaneRange {
 };
 
 struct LaneItem {
-  enum Kind { kSample, kEnd, kError };
+  // kDirect: a whole range read directly, its documents taken straight
+  // from `direct` (its shard, and its first sample) by the consumer.
+  enum Kind { kSample, kEnd, kError, kDirect };
   Kind kind = kSample;
   int64_t shard = -1;  // manifest index of the sample's shard
   uint64_t bytes = 0;  // the sample's field bytes (what it holds in memory)
@@ -60,8 +62,7 @@ struct LaneItem {
   size_t decoded_field = 0;  // index in sample.fields
   DecodedField decoded;
   Status decode_status;
-  // Set instead of `sample`'s fields when the lane reads directly: the
-  // token document is read later, straight into its batch (direct_reads.h).
+  // kDirect: the range's shard and first sample (direct_reads.h).
   DirectDoc direct;
   // Member-wise (the shuffle buffer and the rings swap items).
   friend void swap(LaneItem& a, LaneItem& b) noexcept {
@@ -108,6 +109,7 @@ struct LaneConfig {
   bool direct = false;
   std::string direct_field;
   DType direct_dtype = DType::kInt32;
+  std::shared_ptr<DirectRecycler> direct_recycler;  // optional
 };
 
 struct LaneCounters {
@@ -142,6 +144,10 @@ class SHARDSTREAM_EXPORT ShardLanes {
   void Cancel();
   // Tells the workers there is side work (LaneConfig::side); any thread.
   void PostSide();
+  // The consumer took the last document of lane l's direct range: the lane
+  // may open another (it keeps kDirectAhead open ahead of the consumer).
+  void DirectDone(int l);
+  static constexpr int kDirectAhead = 2;
 
  private:
   struct Lane {
@@ -159,11 +165,13 @@ class SHARDSTREAM_EXPORT ShardLanes {
     size_t claim_pos = 0, claim_count = 0;
     uint64_t claim_bytes = 0;
     bool finished = false;        // reader side: nothing more to produce; written under mu_
+    // kDirect items published whose range the consumer has not finished:
+    // they pace the lane instead of their bytes. Guarded by mu_.
+    int direct_ahead = 0;
     // Reader state, used by the thread that holds `busy`.
     size_t next_range = 0;
     int64_t read = 0;
     uint64_t unpublished_bytes = 0;  // read since the last burst, not yet counted
-    uint64_t unpublished_direct = 0;  // direct samples, likewise
     std::unique_ptr<TarReader> reader;
     std::shared_ptr<const DirectShard> direct;  // instead of `reader`
     // Shared with the reader's stream so Cancel() can reach a read blocked
@@ -174,10 +182,12 @@ class SHARDSTREAM_EXPORT ShardLanes {
   // Whether the reader should refill the lane: below three quarters of
   // both limits (hysteresis: refills come in bursts). Under mu_.
   bool WantsMore(const Lane& lane) const {
-    return lane.count <= lane.ring.size() * 3 / 4 && lane.bytes <= config_.ring_bytes * 3 / 4;
+    return lane.count <= lane.ring.size() * 3 / 4 && lane.bytes <= config_.ring_bytes * 3 / 4 &&
+           lane.direct_ahead < kDirectAhead;
   }
   bool HasRoom(const Lane& lane) const {
-    return lane.count < lane.ring.size() && lane.bytes < config_.ring_bytes;
+    return lane.count < lane.ring.size() && lane.bytes < config_.ring_bytes &&
+           lane.direct_ahead < kDirectAhead;
   }
   // The lane a free worker should fill next, or nullptr. Under mu_.
   Lane* PickLane(bool wanting_only);
@@ -188,8 +198,6 @@ class SHARDSTREAM_EXPORT ShardLanes {
   }
   void Run();
   void Produce(Lane* lane, LaneItem* item);
-  // The next sample of a direct range; false at its end.
-  bool ProduceDirect(Lane* lane, const LaneRange& r, LaneItem* item);
   Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);
   void CloseReader(Lane* lane);
   void FlushCount(Lane* lane);

@@ -9,6 +9,7 @@
 #include "shardstream/decode.h"
 #include "shardstream/url.h"
 #include "tar/index_field.h"
+#include "tar/index_records.h"
 
 namespace shardstream {
 namespace {
@@ -23,20 +24,28 @@ void Put64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
 }
 
+// The walk reads every field of every record through these: inlined, they
+// leave the walk a few loads and compares per record.
+#if defined(__GNUC__)
+#define SHARDSTREAM_CURSOR_INLINE inline __attribute__((always_inline))
+#else
+#define SHARDSTREAM_CURSOR_INLINE inline
+#endif
+
 class Cursor {
  public:
   explicit Cursor(std::string_view d) : d_(d) {}
-  bool Get32(uint32_t* v) { return GetLE(v); }
-  bool Get64(uint64_t* v) { return GetLE(v); }
-  bool Get8(uint8_t* v) {
+  SHARDSTREAM_CURSOR_INLINE bool Get32(uint32_t* v) { return GetLE(v); }
+  SHARDSTREAM_CURSOR_INLINE bool Get64(uint64_t* v) { return GetLE(v); }
+  SHARDSTREAM_CURSOR_INLINE bool Get8(uint8_t* v) {
     if (d_.empty()) return false;
     *v = static_cast<uint8_t>(d_[0]);
     d_.remove_prefix(1);
     return true;
   }
-  bool GetBytes(size_t n, std::string* out) {
+  SHARDSTREAM_CURSOR_INLINE bool GetView(size_t n, std::string_view* out) {
     if (d_.size() < n) return false;
-    out->assign(d_.data(), n);
+    *out = d_.substr(0, n);
     d_.remove_prefix(n);
     return true;
   }
@@ -45,7 +54,7 @@ class Cursor {
  private:
   // An index of a million samples loads each epoch: whole words, not bytes.
   template <typename T>
-  bool GetLE(T* v) {
+  SHARDSTREAM_CURSOR_INLINE bool GetLE(T* v) {
     if (d_.size() < sizeof(T)) return false;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     std::memcpy(v, d_.data(), sizeof(T));
@@ -101,6 +110,47 @@ std::string SerializeSampleIndex(const SampleIndex& index) {
 }
 
 Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& url) {
+  // Builds the whole index from the walk.
+  struct Builder : internal::IndexSink {
+    SampleIndex index;
+    bool v2 = false;
+    Status Header(const internal::IndexHeader& h) override {
+      index.shard_size = h.shard_size;
+      index.compressed = h.compressed;
+      index.samples.resize(h.samples);
+      v2 = h.version > 1;
+      if (v2) index.fields.reserve(h.samples);
+      return Status::OK();
+    }
+    bool Sample(uint64_t i, const internal::IndexSampleRecord& r) override {
+      SampleIndexEntry& e = index.samples[i];
+      e.offset = r.offset;
+      e.length = r.length;
+      e.nfields = r.nfields;
+      e.key.assign(r.key.data(), r.key.size());
+      if (v2) e.first_field = index.fields.size();
+      return true;
+    }
+    void Field(uint64_t, uint32_t, const internal::IndexFieldRecord& r) override {
+      SampleIndexField f;
+      f.name.assign(r.name.data(), r.name.size());
+      f.offset = r.offset;
+      f.size = r.size;
+      f.ndim = r.ndim;
+      f.dtype = r.dtype;
+      f.payload = r.payload;
+      f.count = r.count;
+      f.header_hash = r.header_hash;
+      index.fields.push_back(std::move(f));
+    }
+  } b;
+  SHARDSTREAM_RETURN_IF_ERROR(internal::WalkSampleIndex(data, url, &b));
+  return std::move(b.index);
+}
+
+namespace internal {
+
+Status WalkSampleIndex(std::string_view data, const std::string& url, IndexSink* sink) {
   std::string u = RedactUrl(url);
   auto bad = [&](const std::string& why, size_t at) {
     return Status(StatusCode::kCorrupt, "sample index " + u + ": " + why, u,
@@ -115,38 +165,36 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
   if (stored != XXH3_64bits(body.data(), body.size()))
     return bad("checksum mismatch (damaged file)", data.size() - 8);
   Cursor c(body.substr(sizeof(kMagic)));
-  uint32_t version = 0, flags = 0;
-  uint64_t n = 0;
-  SampleIndex index;
-  if (!c.Get32(&version) || !c.Get32(&flags) || !c.Get64(&index.shard_size) || !c.Get64(&n))
+  IndexHeader h;
+  uint32_t flags = 0;
+  if (!c.Get32(&h.version) || !c.Get32(&flags) || !c.Get64(&h.shard_size) || !c.Get64(&h.samples))
     return bad("truncated header", sizeof(kMagic));
-  if (version != 1 && version != kVersion)
-    return bad("unsupported version " + std::to_string(version), 8);
-  index.compressed = (flags & 1) != 0;
+  if (h.version != 1 && h.version != kVersion)
+    return bad("unsupported version " + std::to_string(h.version), 8);
+  h.compressed = (flags & 1) != 0;
+  const uint64_t n = h.samples;
   if (n > c.left() / 24) return bad("sample count " + std::to_string(n) + " exceeds the file", 24);
-  index.samples.resize(n);
-  if (version > 1) index.fields.reserve(n);
+  SHARDSTREAM_RETURN_IF_ERROR(sink->Header(h));
   uint64_t prev_end = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    auto& e = index.samples[i];
+    IndexSampleRecord e;
     uint32_t keylen = 0;
     size_t at = body.size() - c.left();
     if (!c.Get64(&e.offset) || !c.Get64(&e.length) || !c.Get32(&e.nfields) ||
-        !c.Get32(&keylen) || !c.GetBytes(keylen, &e.key))
+        !c.Get32(&keylen) || !c.GetView(keylen, &e.key))
       return bad("truncated at sample " + std::to_string(i), at);
-    if (e.offset < prev_end || e.length > index.shard_size ||
-        e.offset > index.shard_size - e.length)
+    if (e.offset < prev_end || e.length > h.shard_size || e.offset > h.shard_size - e.length)
       return bad("sample " + std::to_string(i) + " out of order or past the shard's end", at);
     prev_end = e.offset + e.length;
-    if (version == 1) continue;
-    e.first_field = index.fields.size();
+    if (!sink->Sample(i, e)) return Status::OK();
+    if (h.version == 1) continue;
     for (uint32_t j = 0; j < e.nfields; ++j) {
       at = body.size() - c.left();
       if (c.left() < 48) return bad("truncated at a field of sample " + std::to_string(i), at);
-      SampleIndexField f;
+      IndexFieldRecord f;
       uint32_t namelen = 0;
       uint8_t ndim = 0, dtype = 0, pad = 0;
-      if (!c.Get32(&namelen) || !c.GetBytes(namelen, &f.name) || !c.Get64(&f.offset) ||
+      if (!c.Get32(&namelen) || !c.GetView(namelen, &f.name) || !c.Get64(&f.offset) ||
           !c.Get64(&f.size) || !c.Get8(&ndim) || !c.Get8(&dtype) || !c.Get8(&pad) ||
           !c.Get8(&pad) || !c.Get64(&f.payload) || !c.Get64(&f.count) || !c.Get64(&f.header_hash))
         return bad("truncated at a field of sample " + std::to_string(i), at);
@@ -164,14 +212,12 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
       }
       if (!ok) return bad("field " + std::to_string(j) + " of sample " + std::to_string(i) +
                               " lies outside the sample or does not add up", at);
-      index.fields.push_back(std::move(f));
+      sink->Field(i, j, f);
     }
   }
   if (c.left() != 0) return bad("trailing bytes", body.size() - c.left());
-  return index;
+  return Status::OK();
 }
-
-namespace internal {
 
 void MakeIndexField(std::string_view name, uint64_t offset, std::string_view data,
                     SampleIndexField* out) {

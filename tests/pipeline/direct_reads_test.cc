@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipeline/batcher.h"
@@ -200,6 +201,127 @@ TEST(DirectReadsTest, ShardsWithoutAVersion2IndexAreReadThroughBuffers) {
   EXPECT_EQ(direct.direct, 40u);  // shard 2's samples only
 }
 
+// Consumers whose ranges start and end inside shards (three ranks, two
+// workers each): every one reads its own samples directly, in the same
+// batches as through read buffers.
+TEST(DirectReadsTest, SameBatchesForEveryConsumerOfASplitEpoch) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 2, 50);
+  uint64_t direct_total = 0;
+  for (int r = 0; r < 3; ++r) {
+    for (int w = 0; w < 2; ++w) {
+      LoaderOptions o = TokenOptions(d.manifest);
+      o.world_size = 3;
+      o.rank = r;
+      o.num_workers = 2;
+      o.worker = w;
+      o.open_shards = 2;
+      Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
+      ASSERT_TRUE(direct.error.ok()) << r << "/" << w << ": " << direct.error;
+      ASSERT_TRUE(buffered.error.ok()) << r << "/" << w << ": " << buffered.error;
+      EXPECT_FALSE(direct.batches.empty());
+      EXPECT_TRUE(direct.batches == buffered.batches) << r << "/" << w;
+      auto l = *Loader::Create(o);
+      EXPECT_EQ(direct.direct, static_cast<uint64_t>(l->samples_per_epoch())) << r << "/" << w;
+      direct_total += direct.direct;
+    }
+  }
+  EXPECT_EQ(direct_total, 96u);  // 100 samples, an equal share for each of 6 consumers
+}
+
+// A direct shard keeps its range's records only, and needs the token field
+// only there; the walk of the index stops after the range.
+TEST(DirectReadsTest, ADirectShardKeepsOnlyItsRange) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 1, 60);
+  auto index = ReadSampleIndex(d.shard_paths[0]);
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::string why;
+  auto s = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 7, 23,
+                                     uint64_t{1} << 20, nullptr, &why);
+  ASSERT_NE(s, nullptr) << why;
+  ASSERT_EQ(s->docs.size(), 16u);
+  for (int64_t i = 7; i < 23; ++i) {
+    const SampleIndexEntry& e = index->samples[static_cast<size_t>(i)];
+    const SampleIndexField* f = nullptr;
+    for (uint64_t j = e.first_field; j < e.first_field + e.nfields; ++j)
+      if (index->fields[j].name == "tokens.npy") f = &index->fields[j];
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(s->key(i), e.key);
+    EXPECT_EQ(s->doc(i).offset, e.offset);
+    EXPECT_EQ(s->doc(i).length, e.length);
+    EXPECT_EQ(s->doc(i).field, f->offset);
+    EXPECT_EQ(s->doc(i).payload, f->payload);
+    EXPECT_EQ(s->doc(i).count, f->count);
+    EXPECT_EQ(s->doc(i).header_hash, f->header_hash);
+  }
+  // Sample 30 loses its token field record (the index is rewritten, so
+  // its checksum holds).
+  SampleIndex changed = *index;
+  SampleIndexEntry& e30 = changed.samples[30];
+  for (uint64_t j = e30.first_field; j < e30.first_field + e30.nfields; ++j)
+    if (changed.fields[j].name == "tokens.npy") changed.fields[j].name = "other.npy";
+  ASSERT_TRUE(WriteSampleIndex(changed, d.shard_paths[0]).ok());
+  for (auto [first, end, ok] : {std::tuple{0, 30, true}, std::tuple{31, -1, true},
+                                std::tuple{25, 40, false}, std::tuple{30, 31, false},
+                                std::tuple{0, -1, false}}) {
+    why.clear();
+    s = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, first, end,
+                                  uint64_t{1} << 20, nullptr, &why);
+    EXPECT_EQ(s != nullptr, ok) << first << ".." << end << ": " << why;
+    if (!ok) EXPECT_NE(why.find("sample 30 has no 1-D int32 field 'tokens.npy'"), std::string::npos) << why;
+  }
+  // More samples than the index lists, and an int64 field that is int32.
+  s = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, 61,
+                                uint64_t{1} << 20, nullptr, &why);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_NE(why.find("fewer than the plan"), std::string::npos) << why;
+  s = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt64, 0, 10,
+                                uint64_t{1} << 20, nullptr, &why);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_NE(why.find("sample 0 has no 1-D int64 field"), std::string::npos) << why;
+}
+
+// Index records' memory goes back to the recycler with the shard and comes
+// out again for the next one; beyond its cap it is freed.
+TEST(DirectReadsTest, TheRecyclerReusesRecordMemoryUpToItsCap) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 2, 60);
+  auto recycler = std::make_shared<internal::DirectRecycler>(uint64_t{1} << 20);
+  std::string why;
+  auto a = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
+                                     uint64_t{1} << 20, recycler, &why);
+  ASSERT_NE(a, nullptr) << why;
+  const void* records = a->docs.data();
+  const std::vector<internal::DirectShard::Doc> want = a->docs;
+  a.reset();
+  auto b = internal::OpenDirectShard(d.shard_paths[1], "tokens.npy", DType::kInt32, 0, -1,
+                                     uint64_t{1} << 20, recycler, &why);
+  ASSERT_NE(b, nullptr) << why;
+  EXPECT_EQ(static_cast<const void*>(b->docs.data()), records);
+  ASSERT_EQ(b->docs.size(), 60u);
+  EXPECT_EQ(b->key(0), ReadSampleIndex(d.shard_paths[1])->samples[0].key);
+  b.reset();
+  a = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
+                                uint64_t{1} << 20, recycler, &why);
+  ASSERT_NE(a, nullptr) << why;
+  ASSERT_EQ(a->docs.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(a->docs[i].offset, want[i].offset);
+    EXPECT_EQ(a->docs[i].header_hash, want[i].header_hash);
+  }
+  // A recycler with no room keeps nothing.
+  auto none = std::make_shared<internal::DirectRecycler>(0);
+  a = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
+                                uint64_t{1} << 20, none, &why);
+  ASSERT_NE(a, nullptr) << why;
+  a.reset();
+  b = internal::OpenDirectShard(d.shard_paths[1], "tokens.npy", DType::kInt32, 0, -1,
+                                uint64_t{1} << 20, none, &why);
+  ASSERT_NE(b, nullptr) << why;
+  EXPECT_EQ(b->docs.capacity(), 60u);  // reserved afresh, exactly
+}
+
 // The index stands in for the lane's read buffers: one larger than half of
 // them (4 x read_chunk) is not loaded, and the shard is read the usual way.
 TEST(DirectReadsTest, AnIndexLargerThanTheReadBuffersIsNotLoaded) {
@@ -226,7 +348,7 @@ TEST(DirectReadsTest, PackerWithoutWorkersReadsEachBatchBeforeEmittingIt) {
   auto d = Tokens(dir.path(), 1, 60);
   std::string why;
   auto shard = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
-                                         uint64_t{1} << 20, &why);
+                                         uint64_t{1} << 20, nullptr, &why);
   ASSERT_NE(shard, nullptr) << why;
   shardstream::TokenOptions t;
   t.field = "tokens.npy";
