@@ -20,8 +20,15 @@ enum class DType : uint8_t {
   kFloat16, kBFloat16, kFloat32, kFloat64,
 };
 
-// Bytes per element.
-SHARDSTREAM_EXPORT size_t DTypeSize(DType t);
+// Bytes per element. Inline: batching asks it per sample and per field.
+constexpr size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kBool: case DType::kUint8: case DType::kInt8: return 1;
+    case DType::kUint16: case DType::kInt16: case DType::kFloat16: case DType::kBFloat16: return 2;
+    case DType::kUint32: case DType::kInt32: case DType::kFloat32: return 4;
+    default: return 8;
+  }
+}
 // NumPy name: "int32", "float16", "bfloat16", "bool", ...
 SHARDSTREAM_EXPORT std::string_view DTypeName(DType t);
 // Array-protocol code: "<i4", "|u1", "|b1", ... (bfloat16: "<V2"; callers
@@ -31,7 +38,10 @@ SHARDSTREAM_EXPORT std::string_view DTypeCode(DType t);
 // ("<i4", "|u1", "i4"). On failure returns kConfig naming the text.
 SHARDSTREAM_EXPORT Result<DType> ParseDType(std::string_view text);
 // True for the signed and unsigned integer types.
-SHARDSTREAM_EXPORT bool IsInteger(DType t);
+constexpr bool IsInteger(DType t) {
+  return t != DType::kBool && t != DType::kFloat16 && t != DType::kBFloat16 &&
+         t != DType::kFloat32 && t != DType::kFloat64;
+}
 
 // The largest number of dimensions of a field or tensor (batch dimension
 // included).

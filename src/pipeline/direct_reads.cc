@@ -144,14 +144,14 @@ namespace {
 
 // Keeps, of the samples [first, last) of an index, what direct reads need
 // of `field`; stops the walk after `last`. `why` says what rules it out.
-class DirectSink : public IndexSink {
+class DirectSink {
  public:
   DirectSink(DirectShard* s, int64_t end, uint64_t max_bytes)
       : s_(s), end_(end), max_bytes_(max_bytes) {}
   uint64_t shard_size = 0;
   std::string why;
 
-  Status Header(const IndexHeader& h) override {
+  Status Header(const IndexHeader& h) {
     shard_size = h.shard_size;
     const uint64_t n = h.samples;
     last_ = end_ < 0 ? n : static_cast<uint64_t>(end_);
@@ -167,39 +167,41 @@ class DirectSink : public IndexSink {
         why = "what it needs of its index takes more than " + std::to_string(max_bytes_) +
               " bytes (4 x read_chunk)";
       } else {
-        s_->docs.reserve(static_cast<size_t>(docs));
+        // Sized once (a bulk clear): built one by one, each Doc cleared
+        // with a `rep stos` took half of this walk's time.
+        s_->docs.resize(static_cast<size_t>(docs));
       }
     }
     return Status::OK();
   }
 
-  bool Sample(uint64_t i, const IndexSampleRecord& r) override {
+  bool Sample(uint64_t i, const IndexSampleRecord& r) {
     if (!why.empty() || i >= last_) return false;
     if (i < static_cast<uint64_t>(s_->first)) return true;
-    if (!s_->docs.empty() && !found_) return Missing(i - 1);
+    const size_t k = static_cast<size_t>(i - static_cast<uint64_t>(s_->first));
+    if (k > 0 && !found_) return Missing(i - 1);
     if (r.key.size() > UINT32_MAX || s_->keys.size() > UINT32_MAX - r.key.size() ||
-        (s_->docs.size() + 1) * sizeof(DirectShard::Doc) + s_->keys.size() + r.key.size() >
+        s_->docs.size() * sizeof(DirectShard::Doc) + s_->keys.size() + r.key.size() >
             max_bytes_) {
       why = "what it needs of its index takes more than " + std::to_string(max_bytes_) +
             " bytes (4 x read_chunk)";
       return false;
     }
-    DirectShard::Doc d;
+    DirectShard::Doc& d = s_->docs[k];
     d.offset = r.offset;
     d.length = r.length;
     d.key_at = static_cast<uint32_t>(s_->keys.size());
     d.key_len = static_cast<uint32_t>(r.key.size());
     s_->keys.append(r.key.data(), r.key.size());
-    s_->docs.push_back(d);
     found_ = false;
     return true;
   }
 
-  void Field(uint64_t i, uint32_t, const IndexFieldRecord& f) override {
+  void Field(uint64_t i, uint32_t, const IndexFieldRecord& f) {
     if (found_ || i < static_cast<uint64_t>(s_->first) || !why.empty() || f.name != s_->field)
       return;
     found_ = true;
-    DirectShard::Doc& d = s_->docs.back();
+    DirectShard::Doc& d = s_->docs[static_cast<size_t>(i - static_cast<uint64_t>(s_->first))];
     if (f.ndim != 1 || f.dtype != s_->dtype || f.payload - f.offset + kTarBlock > kMaxHeaders ||
         f.offset < d.offset + kTarBlock) {
       Missing(i);

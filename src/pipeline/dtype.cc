@@ -26,14 +26,8 @@ const DTypeInfo& Info(DType t) { return kInfo[static_cast<int>(t)]; }
 
 }  // namespace
 
-size_t DTypeSize(DType t) { return Info(t).size; }
 std::string_view DTypeName(DType t) { return Info(t).name; }
 std::string_view DTypeCode(DType t) { return Info(t).code; }
-
-bool IsInteger(DType t) {
-  return t != DType::kBool && t != DType::kFloat16 && t != DType::kBFloat16 &&
-         t != DType::kFloat32 && t != DType::kFloat64;
-}
 
 Result<DType> ParseDType(std::string_view text) {
   // The .npy form ('<i4'), once per token document: matched first, without

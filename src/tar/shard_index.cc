@@ -24,52 +24,6 @@ void Put64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
 }
 
-// The walk reads every field of every record through these: inlined, they
-// leave the walk a few loads and compares per record.
-#if defined(__GNUC__)
-#define SHARDSTREAM_CURSOR_INLINE inline __attribute__((always_inline))
-#else
-#define SHARDSTREAM_CURSOR_INLINE inline
-#endif
-
-class Cursor {
- public:
-  explicit Cursor(std::string_view d) : d_(d) {}
-  SHARDSTREAM_CURSOR_INLINE bool Get32(uint32_t* v) { return GetLE(v); }
-  SHARDSTREAM_CURSOR_INLINE bool Get64(uint64_t* v) { return GetLE(v); }
-  SHARDSTREAM_CURSOR_INLINE bool Get8(uint8_t* v) {
-    if (d_.empty()) return false;
-    *v = static_cast<uint8_t>(d_[0]);
-    d_.remove_prefix(1);
-    return true;
-  }
-  SHARDSTREAM_CURSOR_INLINE bool GetView(size_t n, std::string_view* out) {
-    if (d_.size() < n) return false;
-    *out = d_.substr(0, n);
-    d_.remove_prefix(n);
-    return true;
-  }
-  size_t left() const { return d_.size(); }
-
- private:
-  // An index of a million samples loads each epoch: whole words, not bytes.
-  template <typename T>
-  SHARDSTREAM_CURSOR_INLINE bool GetLE(T* v) {
-    if (d_.size() < sizeof(T)) return false;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    std::memcpy(v, d_.data(), sizeof(T));
-#else
-    T x = 0;
-    for (size_t i = 0; i < sizeof(T); ++i)
-      x |= static_cast<T>(T{static_cast<unsigned char>(d_[i])} << (8 * i));
-    *v = x;
-#endif
-    d_.remove_prefix(sizeof(T));
-    return true;
-  }
-  std::string_view d_;
-};
-
 }  // namespace
 
 std::string IndexUrlFor(const std::string& shard_url) { return shard_url + ".idx"; }
@@ -111,10 +65,10 @@ std::string SerializeSampleIndex(const SampleIndex& index) {
 
 Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& url) {
   // Builds the whole index from the walk.
-  struct Builder : internal::IndexSink {
+  struct Builder {
     SampleIndex index;
     bool v2 = false;
-    Status Header(const internal::IndexHeader& h) override {
+    Status Header(const internal::IndexHeader& h) {
       index.shard_size = h.shard_size;
       index.compressed = h.compressed;
       index.samples.resize(h.samples);
@@ -122,7 +76,7 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
       if (v2) index.fields.reserve(h.samples);
       return Status::OK();
     }
-    bool Sample(uint64_t i, const internal::IndexSampleRecord& r) override {
+    bool Sample(uint64_t i, const internal::IndexSampleRecord& r) {
       SampleIndexEntry& e = index.samples[i];
       e.offset = r.offset;
       e.length = r.length;
@@ -131,7 +85,7 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
       if (v2) e.first_field = index.fields.size();
       return true;
     }
-    void Field(uint64_t, uint32_t, const internal::IndexFieldRecord& r) override {
+    void Field(uint64_t, uint32_t, const internal::IndexFieldRecord& r) {
       SampleIndexField f;
       f.name.assign(r.name.data(), r.name.size());
       f.offset = r.offset;
@@ -150,72 +104,33 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
 
 namespace internal {
 
-Status WalkSampleIndex(std::string_view data, const std::string& url, IndexSink* sink) {
-  std::string u = RedactUrl(url);
-  auto bad = [&](const std::string& why, size_t at) {
-    return Status(StatusCode::kCorrupt, "sample index " + u + ": " + why, u,
-                  static_cast<int64_t>(at));
-  };
+Status IndexRecordError(const std::string& url, const std::string& why, size_t at) {
+  const std::string u = RedactUrl(url);
+  return Status(StatusCode::kCorrupt, "sample index " + u + ": " + why, u, static_cast<int64_t>(at));
+}
+
+Status OpenIndexRecords(std::string_view data, const std::string& url, IndexHeader* h,
+                        std::string_view* records) {
   if (data.size() < sizeof(kMagic) + 32 || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0)
-    return bad("not a shardstream sample index (bad magic or too short)", 0);
+    return IndexRecordError(url, "not a shardstream sample index (bad magic or too short)", 0);
   std::string_view body = data.substr(0, data.size() - 8);
-  Cursor tail(data.substr(data.size() - 8));
+  IndexCursor tail(data.substr(data.size() - 8));
   uint64_t stored = 0;
   (void)tail.Get64(&stored);
   if (stored != XXH3_64bits(body.data(), body.size()))
-    return bad("checksum mismatch (damaged file)", data.size() - 8);
-  Cursor c(body.substr(sizeof(kMagic)));
-  IndexHeader h;
+    return IndexRecordError(url, "checksum mismatch (damaged file)", data.size() - 8);
+  IndexCursor c(body.substr(sizeof(kMagic)));
   uint32_t flags = 0;
-  if (!c.Get32(&h.version) || !c.Get32(&flags) || !c.Get64(&h.shard_size) || !c.Get64(&h.samples))
-    return bad("truncated header", sizeof(kMagic));
-  if (h.version != 1 && h.version != kVersion)
-    return bad("unsupported version " + std::to_string(h.version), 8);
-  h.compressed = (flags & 1) != 0;
-  const uint64_t n = h.samples;
-  if (n > c.left() / 24) return bad("sample count " + std::to_string(n) + " exceeds the file", 24);
-  SHARDSTREAM_RETURN_IF_ERROR(sink->Header(h));
-  uint64_t prev_end = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    IndexSampleRecord e;
-    uint32_t keylen = 0;
-    size_t at = body.size() - c.left();
-    if (!c.Get64(&e.offset) || !c.Get64(&e.length) || !c.Get32(&e.nfields) ||
-        !c.Get32(&keylen) || !c.GetView(keylen, &e.key))
-      return bad("truncated at sample " + std::to_string(i), at);
-    if (e.offset < prev_end || e.length > h.shard_size || e.offset > h.shard_size - e.length)
-      return bad("sample " + std::to_string(i) + " out of order or past the shard's end", at);
-    prev_end = e.offset + e.length;
-    if (!sink->Sample(i, e)) return Status::OK();
-    if (h.version == 1) continue;
-    for (uint32_t j = 0; j < e.nfields; ++j) {
-      at = body.size() - c.left();
-      if (c.left() < 48) return bad("truncated at a field of sample " + std::to_string(i), at);
-      IndexFieldRecord f;
-      uint32_t namelen = 0;
-      uint8_t ndim = 0, dtype = 0, pad = 0;
-      if (!c.Get32(&namelen) || !c.GetView(namelen, &f.name) || !c.Get64(&f.offset) ||
-          !c.Get64(&f.size) || !c.Get8(&ndim) || !c.Get8(&dtype) || !c.Get8(&pad) ||
-          !c.Get8(&pad) || !c.Get64(&f.payload) || !c.Get64(&f.count) || !c.Get64(&f.header_hash))
-        return bad("truncated at a field of sample " + std::to_string(i), at);
-      f.ndim = ndim == 0xff ? -1 : ndim;
-      f.dtype = static_cast<DType>(dtype);
-      const bool inside = f.offset >= e.offset && f.offset <= prev_end &&
-                          f.size <= prev_end - f.offset;
-      bool ok = inside && (f.ndim == -1 || f.ndim <= kMaxDims);
-      if (ok && f.ndim >= 0) {
-        // The values fill the field's data after the header, exactly.
-        ok = dtype <= static_cast<uint8_t>(DType::kFloat64) && f.payload >= f.offset &&
-             f.payload <= f.offset + f.size &&
-             f.count <= (f.offset + f.size - f.payload) / DTypeSize(f.dtype) &&
-             f.count * DTypeSize(f.dtype) == f.offset + f.size - f.payload;
-      }
-      if (!ok) return bad("field " + std::to_string(j) + " of sample " + std::to_string(i) +
-                              " lies outside the sample or does not add up", at);
-      sink->Field(i, j, f);
-    }
-  }
-  if (c.left() != 0) return bad("trailing bytes", body.size() - c.left());
+  if (!c.Get32(&h->version) || !c.Get32(&flags) || !c.Get64(&h->shard_size) ||
+      !c.Get64(&h->samples))
+    return IndexRecordError(url, "truncated header", sizeof(kMagic));
+  if (h->version != 1 && h->version != kVersion)
+    return IndexRecordError(url, "unsupported version " + std::to_string(h->version), 8);
+  h->compressed = (flags & 1) != 0;
+  if (h->samples > c.left() / 24)
+    return IndexRecordError(url, "sample count " + std::to_string(h->samples) + " exceeds the file",
+                            24);
+  *records = body.substr(body.size() - c.left());
   return Status::OK();
 }
 
