@@ -26,6 +26,7 @@ constexpr uint64_t kMaxGap = uint64_t{16} << 10;
 constexpr uint64_t kJobBytes = uint64_t{512} << 10;
 constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
 constexpr uint64_t kMaxHeaders = 4096 + kTarBlock;
+constexpr size_t kMaxPieceValues = size_t{1} << 30;
 
 Status Mismatch(const DirectShard& s, uint64_t offset, int64_t sample, const std::string& what) {
   return Status(StatusCode::kCorrupt,
@@ -317,77 +318,79 @@ std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const
   return s;
 }
 
-void DirectReads::Keep(const DirectDoc& doc) {
+size_t DirectReads::Keep(const DirectDoc& doc) {
   // A batch draws from a few shards at a time.
-  for (auto it = keep_.rbegin(); it != keep_.rend(); ++it)
-    if (*it == doc.shard) return;
+  for (size_t i = keep_.size(); i > 0; --i)
+    if (keep_[i - 1] == doc.shard) return i - 1;
   keep_.push_back(doc.shard);
+  if (pieces_.size() < keep_.size()) pieces_.emplace_back();
+  return keep_.size() - 1;
 }
 
 void DirectReads::AddCheck(const DirectDoc& doc) {
-  Keep(doc);
+  const size_t slot = Keep(doc);
   const DirectShard::Doc& d = doc.doc();
   Piece p;
-  p.shard = doc.shard.get();
   p.offset = d.field - kTarBlock;
-  p.len = d.payload - p.offset;
+  p.len = static_cast<uint32_t>(d.payload - p.offset);  // at most kMaxHeaders (OpenDirectShard)
   p.head = p.len;
-  p.check = doc.sample;
+  p.doc = static_cast<uint32_t>(doc.sample - doc.shard->first);
   p.side = side_bytes_;
-  side_bytes_ += static_cast<size_t>(p.len);
-  pieces_.push_back(p);
+  side_bytes_ += p.len;
+  pieces_[slot].push_back(p);
+  ++count_;
 }
 
 void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size_t bytes) {
   if (bytes == 0) return;
-  Keep(doc);
-  const uint64_t offset = doc.doc().payload + from;
-  if (!pieces_.empty()) {
-    Piece& last = pieces_.back();
-    if (last.shard == doc.shard.get() && last.check == doc.sample && last.len == last.head &&
-        last.offset + last.len == offset) {
-      last.len += bytes;  // right after its headers
+  const size_t slot = Keep(doc);
+  std::vector<Piece>& v = pieces_[slot];
+  uint64_t offset = doc.doc().payload + from;
+  const uint32_t sample = static_cast<uint32_t>(doc.sample - doc.shard->first);
+  if (!v.empty()) {
+    Piece& last = v.back();
+    if (last.head > 0 && last.doc == sample && last.len == last.head &&
+        last.offset + last.len == offset && bytes <= kMaxPieceValues) {
+      last.len += static_cast<uint32_t>(bytes);  // right after its headers
       last.dst = dst;
       return;
     }
   }
-  Piece p;
-  p.shard = doc.shard.get();
-  p.offset = offset;
-  p.len = bytes;
-  p.dst = dst;
-  pieces_.push_back(p);
+  // (A piece's length is 32 bits: a longer run of values is cut.)
+  while (bytes > 0) {
+    const size_t n = std::min<size_t>(bytes, kMaxPieceValues);
+    Piece p;
+    p.offset = offset;
+    p.len = static_cast<uint32_t>(n);
+    p.dst = dst;
+    v.push_back(p);
+    ++count_;
+    offset += n;
+    dst += n;
+    bytes -= n;
+  }
 }
 
 void DirectReads::Plan() {
   if (side_.size() < side_bytes_) side_.resize(side_bytes_);
-  for (Piece& p : pieces_)
-    if (p.head > 0) p.hdr = side_.data() + p.side;
-  // By shard, each in file order. A batch draws from a few shards, each
-  // read forward, so this gathers the pieces shard by shard (keeping their
-  // order) and sorts only a shard whose pieces are out of order (a
-  // shuffle buffer's doing): most batches need no sort.
+  // By shard, each in file order. The pieces come in by shard already, and
+  // a shard's are in file order unless a shuffle buffer mixed its
+  // documents: most batches need no sort.
   auto by_offset = [](const Piece& a, const Piece& b) { return a.offset < b.offset; };
-  gathered_.clear();
-  for (const auto& shard : keep_) {
-    const size_t from = gathered_.size();
-    for (const Piece& p : pieces_)
-      if (p.shard == shard.get()) gathered_.push_back(p);
-    const auto first = gathered_.begin() + static_cast<ptrdiff_t>(from);
-    if (!std::is_sorted(first, gathered_.end(), by_offset))
-      std::sort(first, gathered_.end(), by_offset);
-  }
-  pieces_.swap(gathered_);
   jobs_.clear();
-  uint64_t bytes = 0;
-  for (size_t i = 0; i < pieces_.size(); ++i) {
-    if (i == 0 || pieces_[i].shard != pieces_[i - 1].shard || bytes >= kJobBytes) {
-      jobs_.push_back(i);
-      bytes = 0;
+  for (size_t slot = 0; slot < keep_.size(); ++slot) {
+    std::vector<Piece>& v = pieces_[slot];
+    if (!std::is_sorted(v.begin(), v.end(), by_offset)) std::sort(v.begin(), v.end(), by_offset);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i == 0 || bytes >= kJobBytes) {
+        if (i > 0) jobs_.back().end = i;
+        jobs_.push_back(Job{slot, i, v.size()});
+        bytes = 0;
+      }
+      bytes += v[i].len;
     }
-    bytes += pieces_[i].len;
   }
-  if (!pieces_.empty()) jobs_.push_back(pieces_.size());
 }
 
 Status DirectReads::RunJob(size_t j) {
@@ -398,35 +401,37 @@ Status DirectReads::RunJob(size_t j) {
     gap.reset(new char[kMaxGap]);
     iov.reserve(kMaxIov);
   }
-  const size_t end = jobs_[j + 1];
-  for (size_t i = jobs_[j]; i < end;) {
-    const Piece& head = pieces_[i];
-    const uint64_t start = head.offset;
+  const Job& job = jobs_[j];
+  const DirectShard& shard = *keep_[job.slot];
+  const std::vector<Piece>& v = pieces_[job.slot];
+  char* side = side_.data();
+  for (size_t i = job.first; i < job.end;) {
+    const uint64_t start = v[i].offset;
     uint64_t pos = start;
     iov.clear();
     size_t k = i;
-    for (; k < end; ++k) {
-      const Piece& p = pieces_[k];
+    for (; k < job.end; ++k) {
+      const Piece& p = v[k];
       if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || iov.size() + 3 > kMaxIov)) break;
       if (p.offset > pos) iov.push_back(iovec{gap.get(), static_cast<size_t>(p.offset - pos)});
-      if (p.head > 0) iov.push_back(iovec{p.hdr, static_cast<size_t>(p.head)});
+      if (p.head > 0) iov.push_back(iovec{side + p.side, p.head});
       if (p.len > p.head) iov.push_back(iovec{p.dst, static_cast<size_t>(p.len - p.head)});
       pos = p.offset + p.len;
     }
-    SHARDSTREAM_RETURN_IF_ERROR(ReadFully(*head.shard, start, iov.data(), iov.size()));
+    SHARDSTREAM_RETURN_IF_ERROR(ReadFully(shard, start, iov.data(), iov.size()));
     for (size_t c = i; c < k; ++c)
-      if (pieces_[c].head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(pieces_[c]));
+      if (v[c].head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(shard, v[c]));
     i = k;
   }
   return Status::OK();
 }
 
-Status DirectReads::Check(const Piece& p) const {
-  const DirectShard& s = *p.shard;
-  const DirectShard::Doc& d = s.doc(p.check);
-  const std::string_view key = s.key(p.check);
+Status DirectReads::Check(const DirectShard& s, const Piece& p) const {
+  const int64_t sample = s.first + p.doc;
+  const DirectShard::Doc& d = s.doc(sample);
+  const std::string_view key = s.key(sample);
   const uint64_t size = d.payload - d.field + d.count * DTypeSize(s.dtype);
-  const char* h = p.hdr;
+  const char* h = side_.data() + p.side;
   // What placing the values relies on: a file of that size and name there.
   // (The header's checksum only tells a damaged header from another one.)
   const char type = h[Ustar::kTypeflag];
@@ -436,11 +441,11 @@ Status DirectReads::Check(const Piece& p) const {
   const bool named = key.size() + 1 + s.field.size() > Ustar::kNameLen || NameIs(h, key, s.field);
   if (!file || !named) {
     if (!ChecksumMatches(h))
-      return Mismatch(s, p.offset, p.check, "no intact tar header there (bad checksum)");
+      return Mismatch(s, p.offset, sample, "no intact tar header there (bad checksum)");
     if (!file)
-      return Mismatch(s, p.offset, p.check,
+      return Mismatch(s, p.offset, sample,
                       "the tar header is not that of a " + std::to_string(size) + "-byte file");
-    return Mismatch(s, p.offset, p.check,
+    return Mismatch(s, p.offset, sample,
                     "the member there is not " + std::string(key) + "." + s.field);
   }
   // The .npy header as indexed, byte for byte; else say what is wrong.
@@ -450,12 +455,13 @@ Status DirectReads::Check(const Piece& p) const {
   auto npy = DecodeNpyHeader(std::string_view(h + kTarBlock, npy_len), size,
                              FieldContext{key, s.field, s.url, d.field}, &payload);
   if (!npy.ok()) return npy.status();
-  return Mismatch(s, d.field, p.check, "its .npy header differs from the indexed one");
+  return Mismatch(s, d.field, sample, "its .npy header differs from the indexed one");
 }
 
 void DirectReads::Clear() {
-  pieces_.clear();
+  for (size_t slot = 0; slot < keep_.size(); ++slot) pieces_[slot].clear();
   keep_.clear();
+  count_ = 0;
   side_bytes_ = 0;
   jobs_.clear();
 }

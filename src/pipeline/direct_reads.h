@@ -112,16 +112,16 @@ class DirectReads {
   void AddCheck(const DirectDoc& doc);
   // `bytes` of the document's values, from value byte `from`, to dst.
   void AddValues(const DirectDoc& doc, uint64_t from, char* dst, size_t bytes);
-  bool empty() const { return pieces_.empty(); }
-  // Sorts the pieces by shard and offset and cuts them into jobs.
+  bool empty() const { return count_ == 0; }
+  // Puts each shard's pieces in file order and cuts them into jobs.
   void Plan();
-  size_t jobs() const { return jobs_.empty() ? 0 : jobs_.size() - 1; }
+  size_t jobs() const { return jobs_.size(); }
   Status RunJob(size_t j);
   void Clear();
   friend void swap(DirectReads& a, DirectReads& b) noexcept {
-    a.pieces_.swap(b.pieces_);
-    a.gathered_.swap(b.gathered_);
     a.keep_.swap(b.keep_);
+    a.pieces_.swap(b.pieces_);
+    std::swap(a.count_, b.count_);
     a.side_.swap(b.side_);
     std::swap(a.side_bytes_, b.side_bytes_);
     a.jobs_.swap(b.jobs_);
@@ -129,25 +129,33 @@ class DirectReads {
 
  private:
   // Bytes [offset, offset + len) of a shard: the first `head` of them a
-  // document's headers, to be checked (into side_), the rest values, to dst.
-  // A document's headers and its first values are one piece.
+  // document's headers, to be checked (read to side_ + side), the rest
+  // values, to dst. A document's headers and its first values are one
+  // piece. 40 bytes: the workers read a batch's pieces from the core that
+  // wrote them.
   struct Piece {
-    const DirectShard* shard = nullptr;
-    uint64_t offset = 0, len = 0, head = 0;
+    uint64_t offset = 0;
     char* dst = nullptr;
-    char* hdr = nullptr;   // set by Plan(): side_.data() + side
-    int64_t check = -1;    // with head > 0: the sample whose field they precede
-    size_t side = 0;
+    uint64_t side = 0;
+    uint32_t len = 0;
+    uint32_t doc = 0;   // with head > 0: the sample, from its shard's first
+    uint32_t head = 0;
   };
-  void Keep(const DirectDoc& doc);
-  Status Check(const Piece& p) const;
+  struct Job {
+    size_t slot, first, end;  // pieces_[slot][first, end)
+  };
+  // The slot of the document's shard in this batch.
+  size_t Keep(const DirectDoc& doc);
+  Status Check(const DirectShard& s, const Piece& p) const;
 
-  std::vector<Piece> pieces_;
-  std::vector<Piece> gathered_;  // Plan()'s, swapped with pieces_
-  std::vector<std::shared_ptr<const DirectShard>> keep_;  // the shards in use
+  std::vector<std::shared_ptr<const DirectShard>> keep_;  // the shards in use, by slot
+  // Each slot's pieces: they come in by shard, so planning gathers nothing.
+  // Every vector keeps its capacity for the batches after.
+  std::vector<std::vector<Piece>> pieces_;
+  size_t count_ = 0;
   std::vector<char> side_;  // headers read for the checks
   size_t side_bytes_ = 0;
-  std::vector<size_t> jobs_;  // each job's first piece, and the end
+  std::vector<Job> jobs_;
 };
 
 }  // namespace shardstream::internal
