@@ -39,11 +39,17 @@ Status Mismatch(const DirectShard& s, uint64_t offset, int64_t sample, const std
 // Whether the ustar name (and prefix) of `h` spell `key`.`field` exactly,
 // without building the string (this runs once per document).
 bool NameIs(const char* h, std::string_view key, std::string_view field) {
+  // The usual header first: no prefix, the whole name in the name field.
+  const size_t want = key.size() + 1 + field.size();
+  if (h[Ustar::kPrefix] == '\0' && want <= Ustar::kNameLen) {
+    return std::memcmp(h, key.data(), key.size()) == 0 && h[key.size()] == '.' &&
+           std::memcmp(h + key.size() + 1, field.data(), field.size()) == 0 &&
+           (want == Ustar::kNameLen || h[want] == '\0');
+  }
   std::string_view name = FieldString(h + Ustar::kName, Ustar::kNameLen);
   std::string_view prefix;
   if (std::memcmp(h + Ustar::kMagic, "ustar", 5) == 0)
     prefix = FieldString(h + Ustar::kPrefix, Ustar::kPrefixLen);
-  const size_t want = key.size() + 1 + field.size();
   const size_t have = prefix.empty() ? name.size() : prefix.size() + 1 + name.size();
   if (want != have) return false;
   // Walk "<prefix>/<name>" against "<key>.<field>".
