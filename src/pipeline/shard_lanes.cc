@@ -304,8 +304,9 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
   int64_t skip = r.first;
   if (config_.direct && config_.cache == nullptr && config_.tar.source == nullptr) {
     std::string why;
-    // Half the ring's bytes: until its ring has turned over, a lane's items
-    // may still hold the index of the range before.
+    // Half the ring's bytes each: a lane keeps the index of the range the
+    // consumer reads and of the next (kDirectAhead), and batches still being
+    // read may hold the one before.
     lane->direct = OpenDirectShard(r.ref.url, config_.direct_field, config_.direct_dtype, r.first,
                                    r.end, config_.ring_bytes / 2, config_.direct_recycler, &why);
     if (lane->direct != nullptr) return Status::OK();
