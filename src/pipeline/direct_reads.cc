@@ -120,7 +120,6 @@ Status ReadFully(const DirectShard& s, uint64_t offset, iovec* iov, size_t n) {
 }  // namespace
 
 DirectShard::~DirectShard() {
-  if (fd >= 0) ::close(fd);
   if (recycler != nullptr) recycler->Give(this);
 }
 
@@ -135,6 +134,11 @@ void DirectRecycler::Take(DirectShard* s) {
   free_.pop_back();
 }
 
+uint64_t DirectRecycler::idle_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kept_bytes_;
+}
+
 void DirectRecycler::Give(DirectShard* s) {
   Kept k;
   k.docs.swap(s->docs);
@@ -147,54 +151,48 @@ void DirectRecycler::Give(DirectShard* s) {
   free_.push_back(std::move(k));
 }
 
+DirectRange::Mapping::~Mapping() {
+  if (data != nullptr) ::munmap(data, size);
+}
+
 namespace {
 
-// Keeps, of the samples [first, last) of an index, what direct reads need
-// of `field`; stops the walk after `last`. `why` says what rules it out.
-class DirectSink {
- public:
-  DirectSink(DirectShard* s, int64_t end, uint64_t max_bytes)
-      : s_(s), end_(end), max_bytes_(max_bytes) {}
-  uint64_t shard_size = 0;
-  std::string why;
+// Closes a shard's file with the last chunk of records read from it.
+struct FileCloser {
+  explicit FileCloser(int f) : fd(f) {}
+  FileCloser(const FileCloser&) = delete;
+  FileCloser& operator=(const FileCloser&) = delete;
+  ~FileCloser() { ::close(fd); }
+  int fd;
+};
 
-  Status Header(const IndexHeader& h) {
-    shard_size = h.shard_size;
-    const uint64_t n = h.samples;
-    last_ = end_ < 0 ? n : static_cast<uint64_t>(end_);
-    if (h.compressed) {
-      why = "compressed";
-    } else if (h.version < 2) {
-      why = "its index is version 1 (`shardstream index` rebuilds it)";
-    } else if (s_->first < 0 || static_cast<uint64_t>(s_->first) > last_ || last_ > n) {
-      why = "the index lists " + std::to_string(n) + " samples, fewer than the plan";
-    } else {
-      const uint64_t docs = last_ - static_cast<uint64_t>(s_->first);
-      if (docs > max_bytes_ / sizeof(DirectShard::Doc)) {
-        why = "what it needs of its index takes more than " + std::to_string(max_bytes_) +
-              " bytes (4 x read_chunk)";
-      } else {
-        // Sized once (a bulk clear): built one by one, each Doc cleared
-        // with a `rep stos` took half of this walk's time.
-        s_->docs.resize(static_cast<size_t>(docs));
-      }
-    }
-    return Status::OK();
-  }
+// Skips the samples before a range.
+struct SkipSink {
+  bool Sample(uint64_t, const IndexSampleRecord&) { return true; }
+  void Field(uint64_t, uint32_t, const IndexFieldRecord&) {}
+};
+
+// Fills a chunk with the records of the samples it walks, up to `max_docs`
+// of them and `max_keys` bytes of keys. A sample that cannot be read
+// directly ends the chunk before it, with the reason in `why`.
+class ChunkSink {
+ public:
+  ChunkSink(DirectShard* s, size_t max_docs, size_t max_keys)
+      : s_(s), max_docs_(max_docs), max_keys_(max_keys) {}
+  size_t count = 0;  // records filled
+  std::string why;   // set: the sample after them cannot be read directly
 
   bool Sample(uint64_t i, const IndexSampleRecord& r) {
-    if (!why.empty() || i >= last_) return false;
-    if (i < static_cast<uint64_t>(s_->first)) return true;
-    const size_t k = static_cast<size_t>(i - static_cast<uint64_t>(s_->first));
-    if (k > 0 && !found_) return Missing(i - 1);
-    if (r.key.size() > UINT32_MAX || s_->keys.size() > UINT32_MAX - r.key.size() ||
-        s_->docs.size() * sizeof(DirectShard::Doc) + s_->keys.size() + r.key.size() >
-            max_bytes_) {
-      why = "what it needs of its index takes more than " + std::to_string(max_bytes_) +
-            " bytes (4 x read_chunk)";
+    if (!why.empty()) return false;
+    if (count > 0 && !found_) return Missing(i - 1);
+    if (count == max_docs_ || s_->keys.size() + r.key.size() > max_keys_ ||
+        r.key.size() > UINT32_MAX) {
+      if (count == 0)  // not even one: read the usual way
+        why = "sample " + std::to_string(i) + "'s key takes more than " +
+              std::to_string(max_keys_) + " bytes";
       return false;
     }
-    DirectShard::Doc& d = s_->docs[k];
+    DirectShard::Doc& d = s_->docs[count++];
     d.offset = r.offset;
     d.length = r.length;
     d.key_at = static_cast<uint32_t>(s_->keys.size());
@@ -205,10 +203,9 @@ class DirectSink {
   }
 
   void Field(uint64_t i, uint32_t, const IndexFieldRecord& f) {
-    if (found_ || i < static_cast<uint64_t>(s_->first) || !why.empty() || f.name != s_->field)
-      return;
+    if (found_ || !why.empty() || f.name != s_->field) return;
     found_ = true;
-    DirectShard::Doc& d = s_->docs[static_cast<size_t>(i - static_cast<uint64_t>(s_->first))];
+    DirectShard::Doc& d = s_->docs[count - 1];
     if (f.ndim != 1 || f.dtype != s_->dtype || f.payload - f.offset + kTarBlock > kMaxHeaders ||
         f.offset < d.offset + kTarBlock) {
       Missing(i);
@@ -220,107 +217,160 @@ class DirectSink {
     d.header_hash = f.header_hash;
   }
 
-  // After a successful walk (which saw every sample of the range): whether
-  // the range can be read directly.
-  bool Done() {
-    if (why.empty() && !s_->docs.empty() && !found_) Missing(last_ - 1);
-    return why.empty();
+  // After the walk stopped: whether the last sample walked had its field.
+  void Done() {
+    if (why.empty() && count > 0 && !found_) Missing(s_->first + count - 1);
   }
 
  private:
+  // Sample i cannot be read directly: the chunk ends before it.
   bool Missing(uint64_t i) {
     why = "sample " + std::to_string(i) + " has no 1-D " + std::string(DTypeName(s_->dtype)) +
-          " field '" + s_->field + "' by its index";
+          " field '" + s_->field + "' with headers of at most 4 KiB by its index";
+    count = static_cast<size_t>(static_cast<int64_t>(i) - s_->first);
+    s_->keys.resize(count == 0 ? 0 : s_->docs[count - 1].key_at + s_->docs[count - 1].key_len);
     return false;
   }
   DirectShard* s_;
-  int64_t end_;
-  uint64_t max_bytes_;
-  uint64_t last_ = 0;
+  size_t max_docs_, max_keys_;
   bool found_ = false;  // the current sample's field
-};
-
-// A local file mapped whole, read-only: an index is walked once, straight
-// from the page cache (no copy, and no fresh pages to fault in).
-class MappedFile {
- public:
-  MappedFile() = default;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  // False with the reason in *why; a file over `max_bytes` is not mapped.
-  bool Open(const std::string& path, uint64_t max_bytes, std::string* why) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      *why = "no sample index " + path + " (" + std::strerror(errno) + ")";
-      return false;
-    }
-    struct stat st;
-    bool ok = ::fstat(fd, &st) == 0;
-    if (ok && static_cast<uint64_t>(st.st_size) > max_bytes) {
-      *why = "its index has " + std::to_string(st.st_size) + " bytes, more than " +
-             std::to_string(max_bytes) + " (4 x read_chunk)";
-      ::close(fd);
-      return false;
-    }
-    if (ok && st.st_size > 0) {
-      size_ = static_cast<size_t>(st.st_size);
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-      ok = p != MAP_FAILED;
-      data_ = ok ? p : nullptr;
-    }
-    if (!ok) *why = "reading its sample index " + path + " failed (" + std::strerror(errno) + ")";
-    ::close(fd);
-    return ok;
-  }
-  std::string_view view() const {
-    return data_ == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(data_), size_);
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t size_ = 0;
 };
 
 }  // namespace
 
-std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
-                                                   DType dtype, int64_t first, int64_t end,
-                                                   uint64_t max_index_bytes,
-                                                   const std::shared_ptr<DirectRecycler>& recycler,
-                                                   std::string* why) {
+std::unique_ptr<DirectRange> DirectRange::Open(const std::string& url, const std::string& field,
+                                               DType dtype, int64_t first, int64_t end,
+                                               std::string* why) {
   const std::string path = LocalPath(url);
   if (path.empty()) {
     *why = "not a local file";
     return nullptr;
   }
-  MappedFile index;
-  if (!index.Open(IndexUrlFor(path), max_index_bytes, why)) return nullptr;
-  auto s = std::make_shared<DirectShard>();
-  if (recycler != nullptr) recycler->Take(s.get());
-  s->field = field;
-  s->dtype = dtype;
-  s->first = first;
-  DirectSink sink(s.get(), end, max_index_bytes);
-  Status walked = WalkSampleIndex(index.view(), IndexUrlFor(url), &sink);
-  if (!walked.ok()) {
-    *why = walked.ToString();
-    return nullptr;
-  }
-  if (!sink.Done()) {
-    *why = sink.why;
+  auto r = std::unique_ptr<DirectRange>(new DirectRange());
+  const std::string index_path = IndexUrlFor(path);
+  const int ifd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (ifd < 0) {
+    *why = "no sample index " + index_path + " (" + std::strerror(errno) + ")";
     return nullptr;
   }
   struct stat st;
-  s->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (s->fd < 0 || ::fstat(s->fd, &st) != 0 ||
-      static_cast<uint64_t>(st.st_size) != sink.shard_size) {
-    *why = s->fd < 0 ? std::string(std::strerror(errno)) : "its index is stale";
+  bool ok = ::fstat(ifd, &st) == 0;
+  if (ok && st.st_size > 0) {
+    // Mapped, not read: walked once, straight from the page cache, and the
+    // pages walked are let go as it goes (Release).
+    r->map_.size = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, r->map_.size, PROT_READ, MAP_PRIVATE, ifd, 0);
+    ok = p != MAP_FAILED;
+    r->map_.data = ok ? p : nullptr;
+    if (ok) (void)::madvise(p, r->map_.size, MADV_SEQUENTIAL);
+  }
+  if (!ok) *why = "reading its sample index " + index_path + " failed (" + std::strerror(errno) + ")";
+  ::close(ifd);
+  if (!ok) return nullptr;
+  std::string_view data(static_cast<const char*>(r->map_.data), r->map_.size);
+  Status opened = r->walk_.Open(data, IndexUrlFor(url));
+  if (!opened.ok()) {
+    *why = opened.ToString();
     return nullptr;
   }
-  s->url = RedactUrl(url);
+  const IndexHeader& h = r->walk_.header();
+  const uint64_t last = end < 0 ? h.samples : static_cast<uint64_t>(end);
+  const char* no = nullptr;
+  if (h.compressed) {
+    no = "compressed";
+  } else if (h.version < 2) {
+    no = "its index is version 1 (`shardstream index` rebuilds it)";
+  } else if (first < 0 || static_cast<uint64_t>(first) > last || last > h.samples) {
+    *why = "the index lists " + std::to_string(h.samples) + " samples, fewer than the plan";
+    return nullptr;
+  }
+  if (no != nullptr) {
+    *why = no;
+    return nullptr;
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *why = std::strerror(errno);
+    return nullptr;
+  }
+  r->file_ = std::make_shared<FileCloser>(fd);
+  r->fd_ = fd;
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != h.shard_size) {
+    *why = "its index is stale";
+    return nullptr;
+  }
+  SkipSink skip;
+  Status skipped = r->walk_.Walk(&skip, static_cast<uint64_t>(first));
+  if (!skipped.ok()) {
+    *why = skipped.ToString();
+    return nullptr;
+  }
+  r->url_ = RedactUrl(url);
+  r->field_ = field;
+  r->dtype_ = dtype;
+  r->next_ = first;
+  r->end_ = static_cast<int64_t>(last);
+  return r;
+}
+
+std::shared_ptr<const DirectShard> DirectRange::Next(uint64_t max_bytes,
+                                                     const std::shared_ptr<DirectRecycler>& recycler,
+                                                     std::string* why) {
+  if (!why_.empty() || next() == end_) {
+    *why = why_;
+    return nullptr;
+  }
+  auto s = std::make_shared<DirectShard>();
+  if (recycler != nullptr) recycler->Take(s.get());
+  s->fd = fd_;
+  s->file = file_;
+  s->url = url_;
+  s->field = field_;
+  s->dtype = dtype_;
+  s->first = next();
+  // Records and keys share the bound, half each; sized once (built one by
+  // one, each Doc cleared with a rep stos took half of the walk).
+  const size_t max_docs = std::max<size_t>(1, max_bytes / 2 / sizeof(DirectShard::Doc));
+  s->docs.resize(max_docs);
+  s->keys.clear();
+  ChunkSink sink(s.get(), max_docs, static_cast<size_t>(max_bytes / 2));
+  Status walked = walk_.Walk(&sink, static_cast<uint64_t>(end_));
+  if (!walked.ok()) {
+    sink.why = walked.ToString();
+    sink.count = 0;  // a broken index: none of this chunk either
+  } else {
+    sink.Done();
+  }
+  s->docs.resize(sink.count);
+  if (!sink.why.empty()) why_ = sink.why;
+  next_ = s->first + static_cast<int64_t>(sink.count);
+  // The records walked are in the chunk now: their pages can go.
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t done = walk_.position() / page * page;
+  if (done > released_) {
+    (void)::madvise(static_cast<char*>(map_.data) + released_, done - released_, MADV_DONTNEED);
+    released_ = done;
+  }
+  *why = why_;
+  if (sink.count == 0) return nullptr;
+  return s;
+}
+
+std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
+                                                   DType dtype, int64_t first, int64_t end,
+                                                   uint64_t max_bytes,
+                                                   const std::shared_ptr<DirectRecycler>& recycler,
+                                                   std::string* why) {
+  auto range = DirectRange::Open(url, field, dtype, first, end, why);
+  if (range == nullptr) return nullptr;
+  if (range->next() == range->end()) return std::make_shared<DirectShard>();
+  auto s = range->Next(max_bytes, recycler, why);
+  if (s == nullptr) return nullptr;
+  if (range->next() != range->end()) {
+    if (why->empty())
+      *why = "what it needs of its index takes more than " + std::to_string(max_bytes) + " bytes";
+    return nullptr;
+  }
   return s;
 }
 

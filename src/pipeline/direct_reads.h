@@ -23,15 +23,16 @@
 #include "shardstream/export.h"
 #include "shardstream/result.h"
 #include "shardstream/shard_index.h"
+#include "tar/index_records.h"
 
 namespace shardstream::internal {
 
 class DirectRecycler;
 
-// An open shard and, for the samples of one range, what its index says of
-// each one's token field (the rest of the index is not kept: 56 bytes and
-// the key per sample). Shared by the lane that opened it and every document
-// placed from it; the file closes with the last of them.
+// What direct reads keep of a shard's index for a run of samples (a chunk
+// of a range): 56 bytes and the key per sample. Shared by the lane's
+// consumer and every document placed from it; the shard's file closes with
+// the last chunk of it.
 struct SHARDSTREAM_EXPORT DirectShard {
   struct Doc {
     uint64_t offset = 0, length = 0;  // the sample's (SampleIndexEntry)
@@ -45,32 +46,34 @@ struct SHARDSTREAM_EXPORT DirectShard {
   DirectShard& operator=(const DirectShard&) = delete;
   ~DirectShard();
   // What it keeps in memory, roughly.
-  uint64_t memory() const { return docs.size() * sizeof(Doc) + keys.size(); }
+  uint64_t memory() const { return docs.capacity() * sizeof(Doc) + keys.capacity(); }
   const Doc& doc(int64_t sample) const { return docs[static_cast<size_t>(sample - first)]; }
   std::string_view key(int64_t sample) const {
     const Doc& d = doc(sample);
     return std::string_view(keys).substr(d.key_at, d.key_len);
   }
   int fd = -1;
+  std::shared_ptr<const void> file;  // keeps fd open
   std::string url;    // credentials redacted
   std::string field;  // the token field's name
   DType dtype = DType::kInt32;
-  int64_t first = 0;  // the range's first sample
+  int64_t first = 0;  // the first sample
   std::vector<Doc> docs;
   std::string keys;
   std::shared_ptr<DirectRecycler> recycler;  // gets docs and keys back, if set
 };
 
-// Memory for DirectShards' records, kept across shards and epochs: each
-// epoch loads every shard's records again, and fresh pages for them (a
-// fault per 4 KiB) cost more than walking the index. Keeps at most
-// `max_bytes` of idle capacity. Any thread.
+// Memory for DirectShards' records, kept across chunks and epochs: each
+// epoch walks every shard's index again, and fresh pages for the records (a
+// fault per 4 KiB) cost more than the walk. Keeps at most `max_bytes` of
+// idle capacity. Any thread.
 class SHARDSTREAM_EXPORT DirectRecycler : public std::enable_shared_from_this<DirectRecycler> {
  public:
   explicit DirectRecycler(uint64_t max_bytes) : max_bytes_(max_bytes) {}
   // Gives `s` kept (empty) vectors, if any, and makes it give them back.
   void Take(DirectShard* s);
   void Give(DirectShard* s);
+  uint64_t idle_bytes();
 
  private:
   struct Kept {
@@ -86,15 +89,53 @@ class SHARDSTREAM_EXPORT DirectRecycler : public std::enable_shared_from_this<Di
   std::vector<Kept> free_;
 };
 
-// Opens `url` for direct reads of `field` in samples [first, end) (end -1:
-// to the last), or returns null with the reason in *why, and the lane reads
-// the usual way. Its records' memory comes from `recycler` (if set). It needs a local file, a version 2 index that is not stale
-// and, in every one of those samples, `field` as a 1-D .npy array of
-// `dtype` with headers of at most 4 KiB; and both the index file and what
-// is kept of it must stay within `max_index_bytes`.
+// Samples [first, end) of a shard (end -1: to the last) open for direct
+// reads of one token field: the shard's file and its index, mapped and
+// walked a chunk of records at a time, so what a lane keeps does not grow
+// with the shard. One lane's.
+class SHARDSTREAM_EXPORT DirectRange {
+ public:
+  // Null with the reason in *why (the lane then reads the usual way) unless:
+  // a local file, uncompressed, with a version 2 index that is not stale
+  // (the shard's size) and lists at least `end` samples.
+  static std::unique_ptr<DirectRange> Open(const std::string& url, const std::string& field,
+                                           DType dtype, int64_t first, int64_t end,
+                                           std::string* why);
+  // The records of the samples from next() on, as many as fit in
+  // `max_bytes`; null once none are left or none can be read directly.
+  // Each sample needs `field` as a 1-D .npy array of `dtype` with headers
+  // of at most 4 KiB: a chunk ends before one that has not, and from then
+  // on *why says why and next() is that sample (read it, and the rest,
+  // the usual way).
+  std::shared_ptr<const DirectShard> Next(uint64_t max_bytes,
+                                          const std::shared_ptr<DirectRecycler>& recycler,
+                                          std::string* why);
+  int64_t next() const { return next_; }
+  int64_t end() const { return end_; }
+
+ private:
+  DirectRange() = default;
+  struct Mapping {
+    void* data = nullptr;
+    size_t size = 0;
+    ~Mapping();
+  };
+  Mapping map_;
+  IndexWalker walk_;
+  size_t released_ = 0;  // mapped bytes let go
+  std::shared_ptr<const void> file_;
+  int fd_ = -1;
+  std::string url_, field_;
+  DType dtype_ = DType::kInt32;
+  int64_t next_ = 0, end_ = 0;
+  std::string why_;  // why the samples from next_ on cannot be read directly
+};
+
+// The whole range as one chunk of at most `max_bytes`, or null with the
+// reason in *why (tests, and tools that want it whole).
 SHARDSTREAM_EXPORT std::shared_ptr<const DirectShard> OpenDirectShard(
     const std::string& url, const std::string& field, DType dtype, int64_t first, int64_t end,
-    uint64_t max_index_bytes, const std::shared_ptr<DirectRecycler>& recycler, std::string* why);
+    uint64_t max_bytes, const std::shared_ptr<DirectRecycler>& recycler, std::string* why);
 
 // A document placed by index: its shard and sample there.
 struct DirectDoc {

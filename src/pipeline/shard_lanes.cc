@@ -301,17 +301,18 @@ void ShardLanes::Count(size_t range, uint64_t bytes) {
 
 Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) {
   lane->read = 0;
-  int64_t skip = r.first;
   if (config_.direct && config_.cache == nullptr && config_.tar.source == nullptr) {
     std::string why;
-    // Half the ring's bytes each: a lane keeps the index of the range the
-    // consumer reads and of the next (kDirectAhead), and batches still being
-    // read may hold the one before.
-    lane->direct = OpenDirectShard(r.ref.url, config_.direct_field, config_.direct_dtype, r.first,
-                                   r.end, config_.ring_bytes / 2, config_.direct_recycler, &why);
+    lane->direct = DirectRange::Open(r.ref.url, config_.direct_field, config_.direct_dtype, r.first,
+                                     r.end, &why);
     if (lane->direct != nullptr) return Status::OK();
     Log().debug("reading {} through read buffers, not directly: {}", RedactUrl(r.ref.url), why);
   }
+  return OpenReader(lane, r, r.first, scratch);
+}
+
+Status ShardLanes::OpenReader(Lane* lane, const LaneRange& r, int64_t at, LaneItem* scratch) {
+  int64_t skip = at;
   if (config_.cache != nullptr) {
     // Tell the cache what comes after this range, so it downloads ahead
     // (ranges are opened roughly in plan order across the lanes).
@@ -332,17 +333,17 @@ Status ShardLanes::OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch) 
     }
     SHARDSTREAM_ASSIGN_OR_RETURN(
         lane->reader, TarReader::Open(std::make_unique<SharedStream>(std::move(shared)), config_.tar));
-  } else if (r.first > 0) {
-    auto at = TarReader::OpenAt(r.ref.url, r.first, nullptr, config_.tar);
-    if (at.ok()) {
-      lane->reader = std::move(*at);
+  } else if (at > 0) {
+    auto opened = TarReader::OpenAt(r.ref.url, at, nullptr, config_.tar);
+    if (opened.ok()) {
+      lane->reader = std::move(*opened);
       skip = 0;
-    } else if (at.status().code() == StatusCode::kNotFound ||
-               at.status().code() == StatusCode::kCorrupt) {
+    } else if (opened.status().code() == StatusCode::kNotFound ||
+               opened.status().code() == StatusCode::kCorrupt) {
       // No (or a stale) sidecar index: read from the start and skip.
       SHARDSTREAM_ASSIGN_OR_RETURN(lane->reader, TarReader::Open(r.ref.url, config_.tar));
     } else {
-      return at.status();
+      return opened.status();
     }
   } else {
     SHARDSTREAM_ASSIGN_OR_RETURN(lane->reader, TarReader::Open(r.ref.url, config_.tar));
@@ -388,20 +389,32 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   }
   if (r.end >= 0 && lane->read == r.end - r.first) return finish_range();
   if (lane->direct) {
-    // The whole range in one item: the consumer takes its documents from
-    // the index itself (no ring slot, no item per document). The lane opens
-    // kDirectAhead ranges ahead of the consumer's (Lane::direct_ahead), not
-    // every range whose index the ring's bytes could hold.
-    if (lane->read > 0) return finish_range();
-    const DirectShard& d = *lane->direct;
-    lane->read = static_cast<int64_t>(d.docs.size());
-    if (d.docs.empty()) return finish_range();
-    item->kind = LaneItem::kDirect;
-    item->shard = r.shard;
-    item->direct.shard = lane->direct;
-    item->direct.sample = d.first;
-    item->bytes = d.memory();
-    return;
+    // A chunk of the range's records in one item: the consumer takes its
+    // documents straight from them (no ring slot, no item per document).
+    // The lane keeps kDirectAhead chunks ahead of the consumer's
+    // (Lane::direct_ahead); each holds at most a quarter of the ring's bytes.
+    DirectRange& d = *lane->direct;
+    if (d.next() == d.end()) return finish_range();
+    std::string why;
+    auto chunk = d.Next(config_.ring_bytes / 4, config_.direct_recycler, &why);
+    if (chunk != nullptr) {
+      lane->read = d.next() - r.first;
+      item->kind = LaneItem::kDirect;
+      item->shard = r.shard;
+      item->direct.shard = std::move(chunk);
+      item->direct.sample = item->direct.shard->first;
+      item->bytes = item->direct.shard->memory();
+      return;
+    }
+    // The rest of the range the usual way, from the sample that ended it.
+    const int64_t at = d.next();
+    Log().debug("reading {} through read buffers from sample {} on: {}", RedactUrl(r.ref.url), at,
+                why);
+    lane->direct.reset();
+    Status s = OpenReader(lane, r, at, item);
+    if (!s.ok()) return fail(s.WithContext("opening shard", RedactUrl(r.ref.url)));
+    lane->read = at - r.first;
+    if (r.end >= 0 && lane->read == r.end - r.first) return finish_range();
   }
   item->direct.shard.reset();
   auto more = lane->reader->Next(&item->sample);

@@ -173,7 +173,7 @@ class SHARDSTREAM_EXPORT ShardLanes {
     int64_t read = 0;
     uint64_t unpublished_bytes = 0;  // read since the last burst, not yet counted
     std::unique_ptr<TarReader> reader;
-    std::shared_ptr<const DirectShard> direct;  // instead of `reader`
+    std::unique_ptr<DirectRange> direct;  // instead of `reader`
     // Shared with the reader's stream so Cancel() can reach a read blocked
     // in TarReader::Open as safely as one blocked later. Guarded by mu_.
     std::shared_ptr<CachedShard> cached;
@@ -199,6 +199,8 @@ class SHARDSTREAM_EXPORT ShardLanes {
   void Run();
   void Produce(Lane* lane, LaneItem* item);
   Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);
+  // A tar reader for the range from sample `at` on.
+  Status OpenReader(Lane* lane, const LaneRange& r, int64_t at, LaneItem* scratch);
   void CloseReader(Lane* lane);
   void FlushCount(Lane* lane);
   void Count(size_t range, uint64_t bytes);

@@ -92,68 +92,106 @@ class IndexCursor {
   std::string_view d_;
 };
 
-// Verifies `data` (the index file at `url`), then hands each record to
-// `sink` once it has passed the checks on its place (kCorrupt naming the
-// redacted url and byte offset otherwise). The sink has:
-//   Status Header(const IndexHeader&);  // before any record; an error ends the walk
-//   bool Sample(uint64_t i, const IndexSampleRecord&);  // false: stop here, successfully
+// Walks an index's records in order, in as many steps as its user likes
+// (the loader's direct reads take a chunk of records at a time, so what
+// they keep does not grow with the shard). Each record is handed to a sink
+// once it has passed the checks on its place (kCorrupt naming the redacted
+// url and byte offset otherwise). A sink has:
+//   bool Sample(uint64_t i, const IndexSampleRecord&);  // false: stop before sample i
 //   void Field(uint64_t i, uint32_t j, const IndexFieldRecord&);  // sample i's, version 2
+class IndexWalker {
+ public:
+  // Checks the file as a whole (OpenIndexRecords). `data` must outlive the walk.
+  Status Open(std::string_view data, const std::string& url) {
+    url_ = url;
+    std::string_view records;
+    SHARDSTREAM_RETURN_IF_ERROR(OpenIndexRecords(data, url, &h_, &records));
+    end_ = data.size() - 8;
+    c_ = IndexCursor(records);
+    return Status::OK();
+  }
+  const IndexHeader& header() const { return h_; }
+  uint64_t next() const { return i_; }           // the next sample to walk
+  size_t position() const { return end_ - c_.left(); }  // its record's byte offset
+
+  // Samples [next(), until) while the sink's Sample() says so.
+  template <class Sink>
+  Status Walk(Sink* sink, uint64_t until) {
+    const std::string& url = url_;
+    if (until > h_.samples) until = h_.samples;
+    for (; i_ < until; ++i_) {
+      const IndexCursor at_record = c_;
+      const uint64_t prev_end = prev_end_;
+      IndexSampleRecord e;
+      uint32_t keylen = 0;
+      size_t at = end_ - c_.left();
+      if (!c_.Get64(&e.offset) || !c_.Get64(&e.length) || !c_.Get32(&e.nfields) ||
+          !c_.Get32(&keylen) || !c_.GetView(keylen, &e.key))
+        return IndexRecordError(url, "truncated at sample " + std::to_string(i_), at);
+      if (e.offset < prev_end_ || e.length > h_.shard_size || e.offset > h_.shard_size - e.length)
+        return IndexRecordError(
+            url, "sample " + std::to_string(i_) + " out of order or past the shard's end", at);
+      prev_end_ = e.offset + e.length;
+      if (!sink->Sample(i_, e)) {
+        c_ = at_record;  // it stays the next one
+        prev_end_ = prev_end;
+        return Status::OK();
+      }
+      if (h_.version == 1) continue;
+      for (uint32_t j = 0; j < e.nfields; ++j) {
+        at = end_ - c_.left();
+        IndexFieldRecord f;
+        uint32_t namelen = 0;
+        uint8_t ndim = 0, dtype = 0, pad = 0;
+        if (c_.left() < 48 || !c_.Get32(&namelen) || !c_.GetView(namelen, &f.name) ||
+            !c_.Get64(&f.offset) || !c_.Get64(&f.size) || !c_.Get8(&ndim) || !c_.Get8(&dtype) ||
+            !c_.Get8(&pad) || !c_.Get8(&pad) || !c_.Get64(&f.payload) || !c_.Get64(&f.count) ||
+            !c_.Get64(&f.header_hash))
+          return IndexRecordError(url, "truncated at a field of sample " + std::to_string(i_), at);
+        f.ndim = ndim == 0xff ? -1 : ndim;
+        f.dtype = static_cast<DType>(dtype);
+        const bool inside =
+            f.offset >= e.offset && f.offset <= prev_end_ && f.size <= prev_end_ - f.offset;
+        bool ok = inside && (f.ndim == -1 || f.ndim <= kMaxDims);
+        if (ok && f.ndim >= 0) {
+          // The values fill the field's data after the header, exactly. (A
+          // multiplication, not a division: this runs for every field.)
+          uint64_t bytes = 0;
+          ok = dtype <= static_cast<uint8_t>(DType::kFloat64) && f.payload >= f.offset &&
+               f.payload <= f.offset + f.size &&
+               !__builtin_mul_overflow(f.count, uint64_t{DTypeSize(f.dtype)}, &bytes) &&
+               bytes == f.offset + f.size - f.payload;
+        }
+        if (!ok)
+          return IndexRecordError(url,
+                                  "field " + std::to_string(j) + " of sample " +
+                                      std::to_string(i_) +
+                                      " lies outside the sample or does not add up",
+                                  at);
+        sink->Field(i_, j, f);
+      }
+    }
+    if (i_ == h_.samples && c_.left() != 0)
+      return IndexRecordError(url, "trailing bytes", end_ - c_.left());
+    return Status::OK();
+  }
+
+ private:
+  std::string url_;
+  IndexHeader h_;
+  IndexCursor c_{std::string_view()};
+  size_t end_ = 0;  // where the records end, in the file
+  uint64_t i_ = 0, prev_end_ = 0;
+};
+
+// The whole index at once: the sink also has
+//   Status Header(const IndexHeader&);  // before any record; an error ends the walk
 template <class Sink>
 Status WalkSampleIndex(std::string_view data, const std::string& url, Sink* sink) {
-  IndexHeader h;
-  std::string_view records;
-  SHARDSTREAM_RETURN_IF_ERROR(OpenIndexRecords(data, url, &h, &records));
-  SHARDSTREAM_RETURN_IF_ERROR(sink->Header(h));
-  const size_t end = data.size() - 8;  // where the records end, in the file
-  IndexCursor c(records);
-  uint64_t prev_end = 0;
-  for (uint64_t i = 0; i < h.samples; ++i) {
-    IndexSampleRecord e;
-    uint32_t keylen = 0;
-    size_t at = end - c.left();
-    if (!c.Get64(&e.offset) || !c.Get64(&e.length) || !c.Get32(&e.nfields) ||
-        !c.Get32(&keylen) || !c.GetView(keylen, &e.key))
-      return IndexRecordError(url, "truncated at sample " + std::to_string(i), at);
-    if (e.offset < prev_end || e.length > h.shard_size || e.offset > h.shard_size - e.length)
-      return IndexRecordError(
-          url, "sample " + std::to_string(i) + " out of order or past the shard's end", at);
-    prev_end = e.offset + e.length;
-    if (!sink->Sample(i, e)) return Status::OK();
-    if (h.version == 1) continue;
-    for (uint32_t j = 0; j < e.nfields; ++j) {
-      at = end - c.left();
-      IndexFieldRecord f;
-      uint32_t namelen = 0;
-      uint8_t ndim = 0, dtype = 0, pad = 0;
-      if (c.left() < 48 || !c.Get32(&namelen) || !c.GetView(namelen, &f.name) ||
-          !c.Get64(&f.offset) || !c.Get64(&f.size) || !c.Get8(&ndim) || !c.Get8(&dtype) ||
-          !c.Get8(&pad) || !c.Get8(&pad) || !c.Get64(&f.payload) || !c.Get64(&f.count) ||
-          !c.Get64(&f.header_hash))
-        return IndexRecordError(url, "truncated at a field of sample " + std::to_string(i), at);
-      f.ndim = ndim == 0xff ? -1 : ndim;
-      f.dtype = static_cast<DType>(dtype);
-      const bool inside =
-          f.offset >= e.offset && f.offset <= prev_end && f.size <= prev_end - f.offset;
-      bool ok = inside && (f.ndim == -1 || f.ndim <= kMaxDims);
-      if (ok && f.ndim >= 0) {
-        // The values fill the field's data after the header, exactly. (A
-        // multiplication, not a division: this runs for every field.)
-        uint64_t bytes = 0;
-        ok = dtype <= static_cast<uint8_t>(DType::kFloat64) && f.payload >= f.offset &&
-             f.payload <= f.offset + f.size &&
-             !__builtin_mul_overflow(f.count, uint64_t{DTypeSize(f.dtype)}, &bytes) &&
-             bytes == f.offset + f.size - f.payload;
-      }
-      if (!ok)
-        return IndexRecordError(url,
-                                "field " + std::to_string(j) + " of sample " + std::to_string(i) +
-                                    " lies outside the sample or does not add up",
-                                at);
-      sink->Field(i, j, f);
-    }
-  }
-  if (c.left() != 0) return IndexRecordError(url, "trailing bytes", end - c.left());
-  return Status::OK();
+  IndexWalker w;
+  SHARDSTREAM_RETURN_IF_ERROR(w.Open(data, url));
+  SHARDSTREAM_RETURN_IF_ERROR(sink->Header(w.header()));
+  return w.Walk(sink, w.header().samples);
 }
 
 }  // namespace shardstream::internal

@@ -282,7 +282,7 @@ TEST(DirectReadsTest, ADirectShardKeepsOnlyItsRange) {
   EXPECT_NE(why.find("sample 0 has no 1-D int64 field"), std::string::npos) << why;
 }
 
-// Index records' memory goes back to the recycler with the shard and comes
+// Index records' memory goes back to the recycler with the chunk and comes
 // out again for the next one; beyond its cap it is freed.
 TEST(DirectReadsTest, TheRecyclerReusesRecordMemoryUpToItsCap) {
   TempDir dir;
@@ -290,55 +290,94 @@ TEST(DirectReadsTest, TheRecyclerReusesRecordMemoryUpToItsCap) {
   auto recycler = std::make_shared<internal::DirectRecycler>(uint64_t{1} << 20);
   std::string why;
   auto a = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
-                                     uint64_t{1} << 20, recycler, &why);
+                                     uint64_t{1} << 19, recycler, &why);
   ASSERT_NE(a, nullptr) << why;
-  const void* records = a->docs.data();
   const std::vector<internal::DirectShard::Doc> want = a->docs;
+  const uint64_t held = a->memory();
+  EXPECT_EQ(recycler->idle_bytes(), 0u);
   a.reset();
+  EXPECT_EQ(recycler->idle_bytes(), held);
   auto b = internal::OpenDirectShard(d.shard_paths[1], "tokens.npy", DType::kInt32, 0, -1,
-                                     uint64_t{1} << 20, recycler, &why);
+                                     uint64_t{1} << 19, recycler, &why);
   ASSERT_NE(b, nullptr) << why;
-  EXPECT_EQ(static_cast<const void*>(b->docs.data()), records);
+  EXPECT_EQ(recycler->idle_bytes(), 0u);  // taken again
   ASSERT_EQ(b->docs.size(), 60u);
   EXPECT_EQ(b->key(0), ReadSampleIndex(d.shard_paths[1])->samples[0].key);
   b.reset();
   a = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
-                                uint64_t{1} << 20, recycler, &why);
+                                uint64_t{1} << 19, recycler, &why);
   ASSERT_NE(a, nullptr) << why;
   ASSERT_EQ(a->docs.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(a->docs[i].offset, want[i].offset);
     EXPECT_EQ(a->docs[i].header_hash, want[i].header_hash);
   }
-  // A recycler with no room keeps nothing.
-  auto none = std::make_shared<internal::DirectRecycler>(0);
+  // A recycler with too little room keeps nothing.
+  auto small = std::make_shared<internal::DirectRecycler>(held - 1);
   a = internal::OpenDirectShard(d.shard_paths[0], "tokens.npy", DType::kInt32, 0, -1,
-                                uint64_t{1} << 20, none, &why);
+                                uint64_t{1} << 19, small, &why);
   ASSERT_NE(a, nullptr) << why;
   a.reset();
-  b = internal::OpenDirectShard(d.shard_paths[1], "tokens.npy", DType::kInt32, 0, -1,
-                                uint64_t{1} << 20, none, &why);
-  ASSERT_NE(b, nullptr) << why;
-  EXPECT_EQ(b->docs.capacity(), 60u);  // reserved afresh, exactly
+  EXPECT_EQ(small->idle_bytes(), 0u);
 }
 
-// The index stands in for the lane's read buffers: one larger than half of
-// them (4 x read_chunk) is not loaded, and the shard is read the usual way.
-TEST(DirectReadsTest, AnIndexLargerThanTheReadBuffersIsNotLoaded) {
+// An index of any size is read a chunk of records at a time (a quarter of
+// the lane's read buffers, 128 KiB here: about 1,100 samples), and the
+// batches are those read through buffers.
+TEST(DirectReadsTest, ALargeIndexIsWalkedInChunks) {
   TempDir dir;
   auto d = Tokens(dir.path(), 1, 7000, 8);
   std::string idx = testing::ReadFile(IndexUrlFor(d.shard_paths[0]));
   LoaderOptions o = TokenOptions(d.manifest);
-  o.read_chunk = 64 << 10;  // 512 KiB of read buffers, 256 KiB for the index
+  o.read_chunk = 64 << 10;
   ASSERT_GT(idx.size(), size_t{4} * o.read_chunk);
-  Epoch small = RunEpoch(o, true);
-  o.read_chunk = 1 << 20;
-  Epoch large = RunEpoch(o, true);
-  ASSERT_TRUE(small.error.ok()) << small.error;
-  ASSERT_TRUE(large.error.ok()) << large.error;
-  EXPECT_EQ(small.direct, 0u);
-  EXPECT_EQ(large.direct, 7000u);
-  EXPECT_TRUE(small.batches == large.batches);
+  Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
+  ASSERT_TRUE(direct.error.ok()) << direct.error;
+  ASSERT_TRUE(buffered.error.ok()) << buffered.error;
+  EXPECT_EQ(direct.direct, 7000u);
+  EXPECT_TRUE(direct.batches == buffered.batches);
+  // What one chunk holds, and that a range over several comes in order.
+  std::string why;
+  auto range = internal::DirectRange::Open(d.shard_paths[0], "tokens.npy", DType::kInt32, 100,
+                                           6900, &why);
+  ASSERT_NE(range, nullptr) << why;
+  auto index = ReadSampleIndex(d.shard_paths[0]);
+  ASSERT_TRUE(index.ok());
+  int64_t next = 100, chunks = 0;
+  while (auto c = range->Next(128 << 10, nullptr, &why)) {
+    ++chunks;
+    EXPECT_EQ(c->first, next);
+    EXPECT_LE(c->docs.size() * sizeof(internal::DirectShard::Doc), size_t{64} << 10);
+    for (int64_t i = c->first; i < c->first + static_cast<int64_t>(c->docs.size()); ++i) {
+      EXPECT_EQ(c->doc(i).offset, index->samples[static_cast<size_t>(i)].offset) << i;
+      EXPECT_EQ(c->key(i), index->samples[static_cast<size_t>(i)].key) << i;
+    }
+    next += static_cast<int64_t>(c->docs.size());
+  }
+  EXPECT_TRUE(why.empty()) << why;
+  EXPECT_EQ(next, 6900);
+  EXPECT_GT(chunks, 4);
+}
+
+// A sample in the middle of a range that its index says cannot be read
+// directly (here: its token field record renamed): the samples before it
+// are read directly, it and the rest the usual way; the batches are the same.
+TEST(DirectReadsTest, ARangeGoesOnThroughBuffersFromASampleThatCannotBeReadDirectly) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 1, 60);
+  auto index = ReadSampleIndex(d.shard_paths[0]);
+  ASSERT_TRUE(index.ok()) << index.status();
+  SampleIndex changed = *index;
+  SampleIndexEntry& e30 = changed.samples[30];
+  for (uint64_t j = e30.first_field; j < e30.first_field + e30.nfields; ++j)
+    if (changed.fields[j].name == "tokens.npy") changed.fields[j].name = "other.npy";
+  ASSERT_TRUE(WriteSampleIndex(changed, d.shard_paths[0]).ok());
+  LoaderOptions o = TokenOptions(d.manifest);
+  Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
+  ASSERT_TRUE(direct.error.ok()) << direct.error;
+  ASSERT_TRUE(buffered.error.ok()) << buffered.error;
+  EXPECT_EQ(direct.direct, 30u);
+  EXPECT_TRUE(direct.batches == buffered.batches);
 }
 
 // The packer on its own, with no workers to complete batches (no notify):
