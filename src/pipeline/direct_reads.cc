@@ -257,7 +257,7 @@ std::unique_ptr<DirectRange> DirectRange::Open(const std::string& url, const std
   bool ok = ::fstat(ifd, &st) == 0;
   if (ok && st.st_size > 0) {
     // Mapped, not read: walked once, straight from the page cache, and the
-    // pages walked are let go as it goes (Release).
+    // pages walked are let go as it goes (Next).
     r->map_.size = static_cast<size_t>(st.st_size);
     void* p = ::mmap(nullptr, r->map_.size, PROT_READ, MAP_PRIVATE, ifd, 0);
     ok = p != MAP_FAILED;
@@ -391,8 +391,6 @@ void DirectReads::AddCheck(const DirectDoc& doc) {
   p.len = static_cast<uint32_t>(d.payload - p.offset);  // at most kMaxHeaders (OpenDirectShard)
   p.head = p.len;
   p.doc = static_cast<uint32_t>(doc.sample - doc.shard->first);
-  p.side = side_bytes_;
-  side_bytes_ += p.len;
   pieces_[slot].push_back(p);
   ++count_;
 }
@@ -428,7 +426,6 @@ void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size
 }
 
 void DirectReads::Plan() {
-  if (side_.size() < side_bytes_) side_.resize(side_bytes_);
   // By shard, each in file order. The pieces come in by shard already, and
   // a shard's are in file order unless a shuffle buffer mixed its
   // documents: most batches need no sort.
@@ -450,9 +447,13 @@ void DirectReads::Plan() {
 }
 
 Status DirectReads::RunJob(size_t j) {
-  // Per worker, kept: a job allocates nothing.
+  // Per worker, kept: a job allocates nothing once these have grown.
   thread_local std::vector<iovec> iov;
   thread_local std::unique_ptr<char[]> gap;
+  // One read's headers, each with the tar padding before it: a document
+  // takes two pieces of a read, not three, and the checks find its headers
+  // in a buffer this core used for the read before, not in one per batch.
+  thread_local std::vector<char> heads;
   if (!gap) {
     gap.reset(new char[kMaxGap]);
     iov.reserve(kMaxIov);
@@ -460,34 +461,64 @@ Status DirectReads::RunJob(size_t j) {
   const Job& job = jobs_[j];
   const DirectShard& shard = *keep_[job.slot];
   const std::vector<Piece>& v = pieces_[job.slot];
-  char* side = side_.data();
   for (size_t i = job.first; i < job.end;) {
+    // The pieces of one read (file order, gaps of at most kMaxGap), and the
+    // header bytes they bring.
     const uint64_t start = v[i].offset;
     uint64_t pos = start;
-    iov.clear();
-    size_t k = i;
+    size_t need = 0, segments = 0, k = i;
     for (; k < job.end; ++k) {
       const Piece& p = v[k];
-      if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || iov.size() + 3 > kMaxIov)) break;
-      if (p.offset > pos) iov.push_back(iovec{gap.get(), static_cast<size_t>(p.offset - pos)});
-      if (p.head > 0) iov.push_back(iovec{side + p.side, p.head});
+      if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || segments + 3 > kMaxIov)) break;
+      const uint64_t g = p.offset - pos;
+      const bool merge = p.head > 0 && g <= kTarBlock;
+      need += p.head + (merge ? g : 0);
+      segments += (g > 0 && !merge ? 1 : 0) + (p.head > 0 ? 1 : 0) + (p.len > p.head ? 1 : 0);
+      pos = p.offset + p.len;
+    }
+    if (heads.size() < need) heads.resize(need);
+    iov.clear();
+    pos = start;
+    size_t at = 0;
+    for (size_t c = i; c < k; ++c) {
+      const Piece& p = v[c];
+      const uint64_t g = p.offset - pos;
+      if (p.head > 0 && g <= kTarBlock) {
+        iov.push_back(iovec{heads.data() + at, static_cast<size_t>(g + p.head)});
+        at += g + p.head;
+      } else {
+        if (g > 0) iov.push_back(iovec{gap.get(), static_cast<size_t>(g)});
+        if (p.head > 0) {
+          iov.push_back(iovec{heads.data() + at, p.head});
+          at += p.head;
+        }
+      }
       if (p.len > p.head) iov.push_back(iovec{p.dst, static_cast<size_t>(p.len - p.head)});
       pos = p.offset + p.len;
     }
     SHARDSTREAM_RETURN_IF_ERROR(ReadFully(shard, start, iov.data(), iov.size()));
-    for (size_t c = i; c < k; ++c)
-      if (v[c].head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(shard, v[c]));
+    pos = start;
+    at = 0;
+    for (size_t c = i; c < k; ++c) {
+      const Piece& p = v[c];
+      if (p.head > 0) {
+        const uint64_t g = p.offset - pos;
+        at += g <= kTarBlock ? g : 0;
+        SHARDSTREAM_RETURN_IF_ERROR(Check(shard, p, heads.data() + at));
+        at += p.head;
+      }
+      pos = p.offset + p.len;
+    }
     i = k;
   }
   return Status::OK();
 }
 
-Status DirectReads::Check(const DirectShard& s, const Piece& p) const {
+Status DirectReads::Check(const DirectShard& s, const Piece& p, const char* h) const {
   const int64_t sample = s.first + p.doc;
   const DirectShard::Doc& d = s.doc(sample);
   const std::string_view key = s.key(sample);
   const uint64_t size = d.payload - d.field + d.count * DTypeSize(s.dtype);
-  const char* h = side_.data() + p.side;
   // What placing the values relies on: a file of that size and name there.
   // (The header's checksum only tells a damaged header from another one.)
   const char type = h[Ustar::kTypeflag];
@@ -518,7 +549,6 @@ void DirectReads::Clear() {
   for (size_t slot = 0; slot < keep_.size(); ++slot) pieces_[slot].clear();
   keep_.clear();
   count_ = 0;
-  side_bytes_ = 0;
   jobs_.clear();
 }
 

@@ -163,21 +163,18 @@ class DirectReads {
     a.keep_.swap(b.keep_);
     a.pieces_.swap(b.pieces_);
     std::swap(a.count_, b.count_);
-    a.side_.swap(b.side_);
-    std::swap(a.side_bytes_, b.side_bytes_);
     a.jobs_.swap(b.jobs_);
   }
 
  private:
   // Bytes [offset, offset + len) of a shard: the first `head` of them a
-  // document's headers, to be checked (read to side_ + side), the rest
-  // values, to dst. A document's headers and its first values are one
-  // piece. 40 bytes: the workers read a batch's pieces from the core that
+  // document's headers, to be checked (read into the worker's buffer), the
+  // rest values, to dst. A document's headers and its first values are one
+  // piece. 32 bytes: the workers read a batch's pieces from the core that
   // wrote them.
   struct Piece {
     uint64_t offset = 0;
     char* dst = nullptr;
-    uint64_t side = 0;
     uint32_t len = 0;
     uint32_t doc = 0;   // with head > 0: the sample, from its shard's first
     uint32_t head = 0;
@@ -187,15 +184,14 @@ class DirectReads {
   };
   // The slot of the document's shard in this batch.
   size_t Keep(const DirectDoc& doc);
-  Status Check(const DirectShard& s, const Piece& p) const;
+  // `h`: the piece's headers as read.
+  Status Check(const DirectShard& s, const Piece& p, const char* h) const;
 
   std::vector<std::shared_ptr<const DirectShard>> keep_;  // the shards in use, by slot
   // Each slot's pieces: they come in by shard, so planning gathers nothing.
   // Every vector keeps its capacity for the batches after.
   std::vector<std::vector<Piece>> pieces_;
   size_t count_ = 0;
-  std::vector<char> side_;  // headers read for the checks
-  size_t side_bytes_ = 0;
   std::vector<Job> jobs_;
 };
 
