@@ -386,12 +386,13 @@ size_t DirectReads::Keep(const DirectDoc& doc) {
 void DirectReads::AddCheck(const DirectDoc& doc) {
   const size_t slot = Keep(doc);
   const DirectShard::Doc& d = doc.doc();
-  Piece p;
+  // In place: a Piece built aside is stored, then reloaded whole to copy it
+  // (a stalled store forward, half of this function).
+  Piece& p = pieces_[slot].emplace_back();
   p.offset = d.field - kTarBlock;
-  p.len = static_cast<uint32_t>(d.payload - p.offset);  // at most kMaxHeaders (OpenDirectShard)
+  p.len = static_cast<uint32_t>(d.payload - p.offset);  // at most kMaxHeaders (ChunkSink)
   p.head = p.len;
   p.doc = static_cast<uint32_t>(doc.sample - doc.shard->first);
-  pieces_[slot].push_back(p);
   ++count_;
 }
 
@@ -413,11 +414,10 @@ void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size
   // (A piece's length is 32 bits: a longer run of values is cut.)
   while (bytes > 0) {
     const size_t n = std::min<size_t>(bytes, kMaxPieceValues);
-    Piece p;
+    Piece& p = v.emplace_back();
     p.offset = offset;
     p.len = static_cast<uint32_t>(n);
     p.dst = dst;
-    v.push_back(p);
     ++count_;
     offset += n;
     dst += n;
@@ -447,49 +447,45 @@ void DirectReads::Plan() {
 }
 
 Status DirectReads::RunJob(size_t j) {
-  // Per worker, kept: a job allocates nothing once these have grown.
+  // Per worker, kept: a job allocates nothing.
   thread_local std::vector<iovec> iov;
+  thread_local std::vector<const char*> hdrs;
   thread_local std::unique_ptr<char[]> gap;
   // One read's headers, each with the tar padding before it: a document
   // takes two pieces of a read, not three, and the checks find its headers
   // in a buffer this core used for the read before, not in one per batch.
-  thread_local std::vector<char> heads;
+  // Room for the most one read can have; only the pages used are resident.
+  thread_local std::unique_ptr<char[]> heads;
   if (!gap) {
     gap.reset(new char[kMaxGap]);
+    heads.reset(new char[kMaxIov * (kTarBlock + kMaxHeaders)]);
     iov.reserve(kMaxIov);
+    hdrs.reserve(kMaxIov);
   }
   const Job& job = jobs_[j];
   const DirectShard& shard = *keep_[job.slot];
   const std::vector<Piece>& v = pieces_[job.slot];
   for (size_t i = job.first; i < job.end;) {
-    // The pieces of one read (file order, gaps of at most kMaxGap), and the
-    // header bytes they bring.
+    // The pieces of one read: file order, gaps of at most kMaxGap.
     const uint64_t start = v[i].offset;
     uint64_t pos = start;
-    size_t need = 0, segments = 0, k = i;
+    char* at = heads.get();
+    iov.clear();
+    hdrs.clear();
+    size_t k = i;
     for (; k < job.end; ++k) {
       const Piece& p = v[k];
-      if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || segments + 3 > kMaxIov)) break;
-      const uint64_t g = p.offset - pos;
-      const bool merge = p.head > 0 && g <= kTarBlock;
-      need += p.head + (merge ? g : 0);
-      segments += (g > 0 && !merge ? 1 : 0) + (p.head > 0 ? 1 : 0) + (p.len > p.head ? 1 : 0);
-      pos = p.offset + p.len;
-    }
-    if (heads.size() < need) heads.resize(need);
-    iov.clear();
-    pos = start;
-    size_t at = 0;
-    for (size_t c = i; c < k; ++c) {
-      const Piece& p = v[c];
+      if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || iov.size() + 3 > kMaxIov)) break;
       const uint64_t g = p.offset - pos;
       if (p.head > 0 && g <= kTarBlock) {
-        iov.push_back(iovec{heads.data() + at, static_cast<size_t>(g + p.head)});
+        iov.push_back(iovec{at, static_cast<size_t>(g + p.head)});
+        hdrs.push_back(at + g);
         at += g + p.head;
       } else {
         if (g > 0) iov.push_back(iovec{gap.get(), static_cast<size_t>(g)});
         if (p.head > 0) {
-          iov.push_back(iovec{heads.data() + at, p.head});
+          iov.push_back(iovec{at, p.head});
+          hdrs.push_back(at);
           at += p.head;
         }
       }
@@ -497,18 +493,9 @@ Status DirectReads::RunJob(size_t j) {
       pos = p.offset + p.len;
     }
     SHARDSTREAM_RETURN_IF_ERROR(ReadFully(shard, start, iov.data(), iov.size()));
-    pos = start;
-    at = 0;
-    for (size_t c = i; c < k; ++c) {
-      const Piece& p = v[c];
-      if (p.head > 0) {
-        const uint64_t g = p.offset - pos;
-        at += g <= kTarBlock ? g : 0;
-        SHARDSTREAM_RETURN_IF_ERROR(Check(shard, p, heads.data() + at));
-        at += p.head;
-      }
-      pos = p.offset + p.len;
-    }
+    size_t h = 0;
+    for (size_t c = i; c < k; ++c)
+      if (v[c].head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(shard, v[c], hdrs[h++]));
     i = k;
   }
   return Status::OK();

@@ -135,7 +135,8 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
 
 Status Loader::Impl::Deliver(const Batch& b) {
   if (plan.num_samples < 0) return Status::OK();  // unknown counts: nothing to track
-  for (int64_t i = 0; i < b.num_samples(); ++i) {
+  const int64_t n = b.num_samples();
+  for (int64_t i = 0; i < n; ++i) {
     SampleId id = b.sample(i);
     AddDelivered(id);
     if (!partial.empty()) partial.erase({id.shard, id.index});

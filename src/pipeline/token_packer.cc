@@ -281,11 +281,12 @@ Status TokenPacker::FinishPending() {
 
 Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t skip,
                         const DirectDoc* direct) {
-  FieldContext ctx{row.key, opt_.field, row.url, row.offset};
   if (!tokens.is_tensor || tokens.ndim != 1 || !IsInteger(tokens.dtype))
-    return FieldError(ctx, 0, "token field is not a 1-D integer array");
+    return FieldError(FieldContext{row.key, opt_.field, row.url, row.offset}, 0,
+                      "token field is not a 1-D integer array");
   if (direct != nullptr && tokens.dtype != opt_.dtype)
-    return FieldError(ctx, 0, "a document read directly must have the batch's dtype");
+    return FieldError(FieldContext{row.key, opt_.field, row.url, row.offset}, 0,
+                      "a document read directly must have the batch's dtype");
   if (!slots_.ready()) SHARDSTREAM_RETURN_IF_ERROR(Init());
   const bool pack = opt_.layout == TokenLayout::kPack;
   const int64_t n = tokens.shape[0];
@@ -302,7 +303,7 @@ Status TokenPacker::Add(const RowInput& row, const DecodedField& tokens, int64_t
   }
   bool check = direct != nullptr;
   while (done < total) {
-    SHARDSTREAM_RETURN_IF_ERROR(StartBatch());
+    if (!slots_.writer().active()) SHARDSTREAM_RETURN_IF_ERROR(StartBatch());
     BatchWriter& w = slots_.writer();
     if (check) {  // the headers, in the batch that takes its first tokens
       reads_.AddCheck(*direct);
