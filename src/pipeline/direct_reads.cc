@@ -447,21 +447,28 @@ void DirectReads::Plan() {
 }
 
 Status DirectReads::RunJob(size_t j) {
-  // Per worker, kept: a job allocates nothing.
-  thread_local std::vector<iovec> iov;
-  thread_local std::vector<const char*> hdrs;
-  thread_local std::unique_ptr<char[]> gap;
-  // One read's headers, each with the tar padding before it: a document
-  // takes two pieces of a read, not three, and the checks find its headers
-  // in a buffer this core used for the read before, not in one per batch.
-  // Room for the most one read can have; only the pages used are resident.
-  thread_local std::unique_ptr<char[]> heads;
-  if (!gap) {
-    gap.reset(new char[kMaxGap]);
-    heads.reset(new char[kMaxIov * (kTarBlock + kMaxHeaders)]);
-    iov.reserve(kMaxIov);
-    hdrs.reserve(kMaxIov);
-  }
+  // Per worker, kept: a job allocates nothing. (One thread_local: each
+  // costs a call to find from a shared library.)
+  struct Scratch {
+    std::vector<iovec> iov;
+    std::vector<const char*> hdrs;
+    std::unique_ptr<char[]> gap;
+    // One read's headers, each with the tar padding before it: a document
+    // takes two pieces of a read, not three, and the checks find its
+    // headers in a buffer this core used for the read before, not in one
+    // per batch. Room for the most one read can hold; only the pages used
+    // are resident.
+    std::unique_ptr<char[]> heads;
+    Scratch() : gap(new char[kMaxGap]), heads(new char[kMaxIov * (kTarBlock + kMaxHeaders)]) {
+      iov.reserve(kMaxIov);
+      hdrs.reserve(kMaxIov);
+    }
+  };
+  thread_local Scratch scratch;
+  std::vector<iovec>& iov = scratch.iov;
+  std::vector<const char*>& hdrs = scratch.hdrs;
+  char* const gap = scratch.gap.get();
+  char* const heads = scratch.heads.get();
   const Job& job = jobs_[j];
   const DirectShard& shard = *keep_[job.slot];
   const std::vector<Piece>& v = pieces_[job.slot];
@@ -469,7 +476,7 @@ Status DirectReads::RunJob(size_t j) {
     // The pieces of one read: file order, gaps of at most kMaxGap.
     const uint64_t start = v[i].offset;
     uint64_t pos = start;
-    char* at = heads.get();
+    char* at = heads;
     iov.clear();
     hdrs.clear();
     size_t k = i;
@@ -482,7 +489,7 @@ Status DirectReads::RunJob(size_t j) {
         hdrs.push_back(at + g);
         at += g + p.head;
       } else {
-        if (g > 0) iov.push_back(iovec{gap.get(), static_cast<size_t>(g)});
+        if (g > 0) iov.push_back(iovec{gap, static_cast<size_t>(g)});
         if (p.head > 0) {
           iov.push_back(iovec{at, p.head});
           hdrs.push_back(at);
