@@ -219,6 +219,7 @@ void ShardLanes::Run() {
     size_t slot = (lane->head + lane->count) % lane->ring.size();
     const size_t free = lane->ring.size() - lane->count;
     const uint64_t bytes = lane->bytes;
+    const int ahead = lane->direct_ahead;  // the consumer may lower it meanwhile: a stricter bound
     lock.unlock();
     // Fill the free slots (they are ours until published), publishing in
     // bursts: a quarter of the ring (what the hysteresis frees) keeps the
@@ -226,7 +227,6 @@ void ShardLanes::Run() {
     // one lock round trip. While the consumer waits for this lane, a burst
     // is a few samples; never more bytes than the ring's limit.
     const size_t burst = std::min(free, std::max<size_t>(8, lane->ring.size() / 4));
-    const int ahead = lane->direct_ahead;
     size_t made = 0;
     uint64_t made_bytes = 0;
     int made_direct = 0;
