@@ -1,8 +1,9 @@
 // Direct reads: token documents read from an uncompressed local shard
 // straight into their place in a batch slot, one copy (page cache to slot)
 // instead of two (page cache to a read buffer, then to the slot). The
-// shard's version 2 sample index says where every document's values lie,
-// so the packer places documents before a byte of them is read; a batch's
+// shard's version 2 sample index says where every document's values lie
+// (DirectRange walks it a chunk at a time), so the packer places documents
+// before a byte of them is read; a batch's
 // reads then run as a few vectored reads (preadv) per shard, on whichever
 // workers are free. The tar and .npy headers in front of each document are
 // read along and checked against the index, so a shard that does not match
@@ -137,7 +138,8 @@ SHARDSTREAM_EXPORT std::shared_ptr<const DirectShard> OpenDirectShard(
     const std::string& url, const std::string& field, DType dtype, int64_t first, int64_t end,
     uint64_t max_bytes, const std::shared_ptr<DirectRecycler>& recycler, std::string* why);
 
-// A document placed by index: its shard and sample there.
+// A document placed by index: the chunk of its shard's records, and its
+// sample (its number in the shard).
 struct DirectDoc {
   std::shared_ptr<const DirectShard> shard;
   int64_t sample = -1;
