@@ -391,8 +391,9 @@ void ShardLanes::Produce(Lane* lane, LaneItem* item) {
   if (lane->direct) {
     // A chunk of the range's records in one item: the consumer takes its
     // documents straight from them (no ring slot, no item per document).
-    // The lane keeps kDirectAhead chunks ahead of the consumer's
-    // (Lane::direct_ahead); each holds at most a quarter of the ring's bytes.
+    // The lane holds at most kDirectAhead chunks the consumer has not
+    // finished (Lane::direct_ahead): the one it reads and the next. Each
+    // holds at most a quarter of the ring's bytes.
     DirectRange& d = *lane->direct;
     if (d.next() == d.end()) return finish_range();
     std::string why;

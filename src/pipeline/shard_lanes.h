@@ -144,8 +144,9 @@ class SHARDSTREAM_EXPORT ShardLanes {
   void Cancel();
   // Tells the workers there is side work (LaneConfig::side); any thread.
   void PostSide();
-  // The consumer took the last document of lane l's direct range: the lane
-  // may open another (it keeps kDirectAhead open ahead of the consumer).
+  // The consumer took the last document of one of lane l's direct chunks:
+  // the lane may make another (it holds at most kDirectAhead the consumer
+  // has not finished: the one it reads and the next).
   void DirectDone(int l);
   static constexpr int kDirectAhead = 2;
 
