@@ -275,19 +275,16 @@ std::unique_ptr<DirectRange> DirectRange::Open(const std::string& url, const std
   }
   const IndexHeader& h = r->walk_.header();
   const uint64_t last = end < 0 ? h.samples : static_cast<uint64_t>(end);
-  const char* no = nullptr;
   if (h.compressed) {
-    no = "compressed";
+    *why = "compressed";
   } else if (h.version < 2) {
-    no = "its index is version 1 (`shardstream index` rebuilds it)";
+    *why = "its index is version 1 (`shardstream index` rebuilds it)";
   } else if (first < 0 || static_cast<uint64_t>(first) > last || last > h.samples) {
     *why = "the index lists " + std::to_string(h.samples) + " samples, fewer than the plan";
-    return nullptr;
+  } else {
+    why->clear();
   }
-  if (no != nullptr) {
-    *why = no;
-    return nullptr;
-  }
+  if (!why->empty()) return nullptr;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     *why = std::strerror(errno);
@@ -305,12 +302,25 @@ std::unique_ptr<DirectRange> DirectRange::Open(const std::string& url, const std
     *why = skipped.ToString();
     return nullptr;
   }
+  // The checksum read every page: let them all go, so the mapping holds
+  // only what the chunks walk (the walk maps back what it reads).
+  (void)::madvise(r->map_.data, r->map_.size, MADV_DONTNEED);
+  r->Release(r->walk_.position());
   r->url_ = RedactUrl(url);
   r->field_ = field;
   r->dtype_ = dtype;
   r->next_ = first;
   r->end_ = static_cast<int64_t>(last);
   return r;
+}
+
+void DirectRange::Release(size_t upto) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t done = upto / page * page;
+  if (done > released_) {
+    (void)::madvise(static_cast<char*>(map_.data) + released_, done - released_, MADV_DONTNEED);
+    released_ = done;
+  }
 }
 
 std::shared_ptr<const DirectShard> DirectRange::Next(uint64_t max_bytes,
@@ -345,32 +355,9 @@ std::shared_ptr<const DirectShard> DirectRange::Next(uint64_t max_bytes,
   if (!sink.why.empty()) why_ = sink.why;
   next_ = s->first + static_cast<int64_t>(sink.count);
   // The records walked are in the chunk now: their pages can go.
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t done = walk_.position() / page * page;
-  if (done > released_) {
-    (void)::madvise(static_cast<char*>(map_.data) + released_, done - released_, MADV_DONTNEED);
-    released_ = done;
-  }
+  Release(walk_.position());
   *why = why_;
   if (sink.count == 0) return nullptr;
-  return s;
-}
-
-std::shared_ptr<const DirectShard> OpenDirectShard(const std::string& url, const std::string& field,
-                                                   DType dtype, int64_t first, int64_t end,
-                                                   uint64_t max_bytes,
-                                                   const std::shared_ptr<DirectRecycler>& recycler,
-                                                   std::string* why) {
-  auto range = DirectRange::Open(url, field, dtype, first, end, why);
-  if (range == nullptr) return nullptr;
-  if (range->next() == range->end()) return std::make_shared<DirectShard>();
-  auto s = range->Next(max_bytes, recycler, why);
-  if (s == nullptr) return nullptr;
-  if (range->next() != range->end()) {
-    if (why->empty())
-      *why = "what it needs of its index takes more than " + std::to_string(max_bytes) + " bytes";
-    return nullptr;
-  }
   return s;
 }
 

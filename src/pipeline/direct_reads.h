@@ -116,6 +116,8 @@ class SHARDSTREAM_EXPORT DirectRange {
 
  private:
   DirectRange() = default;
+  // Lets the mapped pages before byte `upto` go.
+  void Release(size_t upto);
   struct Mapping {
     void* data = nullptr;
     size_t size = 0;
@@ -131,12 +133,6 @@ class SHARDSTREAM_EXPORT DirectRange {
   int64_t next_ = 0, end_ = 0;
   std::string why_;  // why the samples from next_ on cannot be read directly
 };
-
-// The whole range as one chunk of at most `max_bytes`, or null with the
-// reason in *why (tests, and tools that want it whole).
-SHARDSTREAM_EXPORT std::shared_ptr<const DirectShard> OpenDirectShard(
-    const std::string& url, const std::string& field, DType dtype, int64_t first, int64_t end,
-    uint64_t max_bytes, const std::shared_ptr<DirectRecycler>& recycler, std::string* why);
 
 // A document placed by index: the chunk of its shard's records, and its
 // sample (its number in the shard).

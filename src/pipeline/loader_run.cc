@@ -250,7 +250,10 @@ Status LoaderRun::TakeDirect(DirectCursor* c) {
   ++c->taken;
   ++c->doc.sample;
   if (--c->left == 0 || c->taken == 64) FlushDirect(c);
-  if (c->left == 0) c->doc.shard.reset();
+  if (c->left == 0) {
+    c->doc.shard.reset();
+    lanes_->DirectDone(c->lane);  // the lane may make its next chunk
+  }
   return st;
 }
 
@@ -277,7 +280,9 @@ Status LoaderRun::Advance(int* want) {
       if (!known_) weight_[static_cast<size_t>(l)] = lanes_->lane_ranges(l).empty() ? 0 : 1;
     }
     direct_.resize(static_cast<size_t>(nl));
-    for (DirectCursor& c : direct_) {
+    for (int l = 0; l < nl; ++l) {
+      DirectCursor& c = direct_[static_cast<size_t>(l)];
+      c.lane = l;
       c.tokens.is_tensor = true;
       c.tokens.ndim = 1;
       c.tokens.dtype = opt_.tokens.dtype;
@@ -314,7 +319,6 @@ Status LoaderRun::Advance(int* want) {
       if (known_) --weight_[lu];
       picked_ = -1;
       SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
-      if (cur.left == 0) lanes_->DirectDone(static_cast<int>(lu));
       continue;
     }
     LaneItem* item = lanes_->TryPop(picked_);
@@ -341,7 +345,6 @@ Status LoaderRun::Advance(int* want) {
       cur.left = static_cast<int64_t>(cur.doc.shard->docs.size());
       cur.shard = item->shard;
       SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
-      if (cur.left == 0) lanes_->DirectDone(static_cast<int>(lu));
     } else if (!shuffle_) {
       SHARDSTREAM_RETURN_IF_ERROR(Process(item));  // in place: no swaps
     } else if (buffer_->Put(item, &out_)) {

@@ -71,12 +71,13 @@ class LoaderRun {
   // the epoch is complete (*want = -1).
   Status Advance(int* want);
   Status Process(LaneItem* item);  // after the shuffle: decode and batch
-  // A lane's range read directly (LaneItem::kDirect), taken a document at
-  // a time straight from its index.
+  // A lane's chunk of a direct range (LaneItem::kDirect), taken a document
+  // at a time straight from its records.
   struct DirectCursor {
-    DirectDoc doc;       // the shard, and the next sample
+    DirectDoc doc;       // the chunk, and the next sample
     int64_t left = 0;    // documents not yet taken
     int64_t shard = -1;  // manifest index
+    int lane = 0;
     DecodedField tokens;
     uint64_t bytes = 0, taken = 0;  // not yet counted
   };

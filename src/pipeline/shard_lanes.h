@@ -49,8 +49,9 @@ struct LaneRange {
 };
 
 struct LaneItem {
-  // kDirect: a whole range read directly, its documents taken straight
-  // from `direct` (its shard, and its first sample) by the consumer.
+  // kDirect: a chunk of a range read directly, its documents taken
+  // straight from `direct` (the chunk's records, and its first sample) by
+  // the consumer.
   enum Kind { kSample, kEnd, kError, kDirect };
   Kind kind = kSample;
   int64_t shard = -1;  // manifest index of the sample's shard
@@ -62,7 +63,7 @@ struct LaneItem {
   size_t decoded_field = 0;  // index in sample.fields
   DecodedField decoded;
   Status decode_status;
-  // kDirect: the range's shard and first sample (direct_reads.h).
+  // kDirect: the chunk and its first sample (direct_reads.h).
   DirectDoc direct;
   // Member-wise (the shuffle buffer and the rings swap items).
   friend void swap(LaneItem& a, LaneItem& b) noexcept {
