@@ -13,6 +13,16 @@
 namespace shardstream {
 
 RandomAccessFile::~RandomAccessFile() = default;
+
+Result<size_t> RandomAccessFile::ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n) {
+  size_t done = 0;
+  for (size_t i = 0; i < n; ++i) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, ReadAt(offset + done, pieces[i].len, pieces[i].data));
+    done += got;
+    if (got < pieces[i].len) break;  // the end of the file
+  }
+  return done;
+}
 InputStream::~InputStream() = default;
 Result<size_t> InputStream::ReadWithin(size_t, void*, std::chrono::microseconds) { return size_t{0}; }
 WritableFile::~WritableFile() = default;

@@ -63,6 +63,38 @@ TEST_F(ShardCacheTest, ChecksumMismatchIsDiscardedAndRetried) {
   EXPECT_EQ(*data, contents_[0]);
 }
 
+// OpenIfCached never fetches: a miss is kNotFound (and no download starts),
+// a complete entry is a pinned file whose vectored reads give its bytes; a
+// cache that is off has nothing cached.
+TEST_F(ShardCacheTest, OpenIfCachedServesOnlyCompleteEntries) {
+  auto refs = MakeShards(1, 300000);
+  auto cache = NewCache(Options(10 << 20));
+  auto miss = cache->OpenIfCached(refs[0]);
+  ASSERT_FALSE(miss.ok());
+  EXPECT_EQ(miss.status().code(), StatusCode::kNotFound) << miss.status();
+  EXPECT_EQ(miss.status().ToString().find("secret"), std::string::npos) << miss.status();
+  cache->WaitIdle();
+  EXPECT_EQ(TotalFetches(), 0);
+  EXPECT_EQ(cache->stats().misses, 0u);
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());
+  cache->WaitIdle();
+  auto file = cache->OpenIfCached(refs[0]);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*(*file)->Size(), 300000u);
+  std::string a(1000, '\0'), b(70000, '\0'), c(500, '\0');
+  ReadPiece pieces[] = {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}};
+  auto got = (*file)->ReadVAt(228600, pieces, 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, 71400u);  // the file ends inside the last piece
+  EXPECT_EQ(a + b, contents_[0].substr(228600, 71000));
+  EXPECT_EQ(c.substr(0, 400), contents_[0].substr(299600, 400));
+  EXPECT_EQ(TotalFetches(), 1);
+  auto off_options = Options(10 << 20);
+  off_options.mode = CacheMode::kOff;
+  auto off = NewCache(off_options);
+  EXPECT_EQ(off->OpenIfCached(refs[0]).status().code(), StatusCode::kNotFound);
+}
+
 // A stream reading this process's download from its first byte leaves the
 // checksum to the download. The next four tests are the ways that can go
 // wrong: a bad attempt it already read from, an attempt that fails part way,

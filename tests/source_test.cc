@@ -10,7 +10,10 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <vector>
 
+#include "support/fault_source.h"
 #include "support/test_util.h"
 
 namespace shardstream {
@@ -73,6 +76,36 @@ TEST_P(SourceConformanceTest, RandomAccessAndStreamAtOffset) {
   EXPECT_EQ((*in)->position(), 10u);
 }
 
+// One positional read scattered over many pieces (more than one preadv
+// takes, of every size, empty ones too) gives the bytes ReadAt gives, and
+// stops at the end of the file inside a piece.
+TEST_P(SourceConformanceTest, VectoredReadScattersAndStopsAtTheEnd) {
+  std::string content(300000, '\0');
+  for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 131 + i / 977);
+  ASSERT_TRUE(WriteFileAtomic(*source_, Url("v"), content).ok());
+  auto file = source_->OpenRandomAccess(Url("v"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::string> bufs;
+  for (size_t i = 0; i < 3000; ++i) bufs.emplace_back(i % 7 == 0 ? 0 : (i * 37) % 211 + 1, '\xee');
+  std::vector<ReadPiece> pieces;
+  size_t total = 0;
+  for (std::string& b : bufs) {
+    pieces.push_back(ReadPiece{b.data(), b.size()});
+    total += b.size();
+  }
+  const uint64_t offset = content.size() - total + 50;  // the last 50 bytes lie past the end
+  auto got = (*file)->ReadVAt(offset, pieces.data(), pieces.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, total - 50);
+  std::string joined;
+  for (const std::string& b : bufs) joined += b;
+  EXPECT_EQ(joined.substr(0, total - 50), content.substr(offset));
+  EXPECT_EQ(joined.substr(total - 50), std::string(50, '\xee'));  // untouched past the end
+  auto none = (*file)->ReadVAt(content.size(), pieces.data(), 2);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0u);
+}
+
 TEST_P(SourceConformanceTest, MissingIsNotFound) {
   EXPECT_EQ(source_->OpenRandomAccess(Url("nope")).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(source_->Stat(Url("nope")).status().code(), StatusCode::kNotFound);
@@ -99,7 +132,10 @@ INSTANTIATE_TEST_SUITE_P(
     AllSources, SourceConformanceTest,
     ::testing::Values(SourceCase{"local", [] { return LocalSource(); }},
                       SourceCase{"memory", [] { return NewMemorySource(); }},
-                      SourceCase{"router", [] { return DefaultSource(); }}),
+                      SourceCase{"router", [] { return DefaultSource(); }},
+                      SourceCase{"fault", [] {
+                        return std::make_shared<testing::FaultSource>(LocalSource());
+                      }}),
     [](const ::testing::TestParamInfo<SourceCase>& info) { return std::string(info.param.name); });
 
 TEST(DefaultSourceTest, UnknownSchemeIsConfigErrorWithRedactedUrl) {

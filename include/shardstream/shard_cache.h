@@ -163,6 +163,11 @@ class SHARDSTREAM_EXPORT ShardCache {
   // to finish and be verified first. In kOff mode, or when the shard cannot
   // be cached, returns the source's own RandomAccessFile (not verified).
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const ShardRef& shard);
+  // A pinned random-access view of a complete entry, at once: never waits,
+  // downloads or reads the source. Counts a hit. On failure returns
+  // kNotFound when the shard is not cached (also while it downloads, and in
+  // kOff mode).
+  Result<std::unique_ptr<RandomAccessFile>> OpenIfCached(const ShardRef& shard);
 
   // Tells the cache which shards come next, in order. Of the first
   // prefetch_lookahead of them, those neither cached nor downloading are

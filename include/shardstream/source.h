@@ -36,6 +36,13 @@ struct FileInfo {
   std::string etag;  // object version where the source has one; else empty.
 };
 
+// One piece of a vectored read: the next `len` bytes go to `data`. Laid out
+// as POSIX's struct iovec, so files can hand an array of them to preadv.
+struct ReadPiece {
+  void* data = nullptr;
+  size_t len = 0;
+};
+
 // Reads at arbitrary offsets.
 class SHARDSTREAM_EXPORT RandomAccessFile {
  public:
@@ -46,6 +53,13 @@ class SHARDSTREAM_EXPORT RandomAccessFile {
   // Reads up to n bytes at offset into out. Returns the count read, which is
   // less than n only at the end of the file. Safe to call concurrently.
   virtual Result<size_t> ReadAt(uint64_t offset, size_t n, void* out) = 0;
+  // Reads the bytes from `offset` on into pieces[0], then pieces[1], ...:
+  // one positional read scattered over many buffers (the loader reads a
+  // batch's documents straight into their places this way). Returns the
+  // count read, which is less than the pieces' total only at the end of
+  // the file. Safe to call concurrently. The default calls ReadAt for each
+  // piece; local files (and the shard cache's) make it one preadv.
+  virtual Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n);
 };
 
 // Reads a byte stream front to back.

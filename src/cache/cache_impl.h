@@ -72,7 +72,10 @@ class ShardCache::Impl {
 
   // Where a reader at byte `pos` of `ref` should read from now. May start a
   // download (count_open: statistics of an Open rather than a reattach).
-  Result<internal::Attachment> Acquire(const ShardRef& ref, uint64_t pos, bool count_open);
+  // cached_only: a complete entry or kNotFound, never a download or the
+  // source (and a miss is not counted).
+  Result<internal::Attachment> Acquire(const ShardRef& ref, uint64_t pos, bool count_open,
+                                       bool cached_only = false);
   // A stream from the source itself at `pos` (no caching).
   Result<internal::Attachment> FromSource(const ShardRef& ref, uint64_t pos);
 
@@ -158,8 +161,10 @@ namespace internal {
 // shard_stream.cc
 std::unique_ptr<CachedShard> NewShardStream(std::shared_ptr<ShardCache::Impl> impl,
                                             const ShardRef& ref, Attachment att);
+// A complete entry's file, pinned; waits for a download first unless
+// cached_only (then kNotFound when the shard is not cached yet).
 Result<std::unique_ptr<RandomAccessFile>> OpenPinnedRandomAccess(
-    std::shared_ptr<ShardCache::Impl> impl, const ShardRef& ref);
+    std::shared_ptr<ShardCache::Impl> impl, const ShardRef& ref, bool cached_only = false);
 }  // namespace internal
 
 }  // namespace shardstream

@@ -113,8 +113,14 @@ Result<Attachment> ShardCache::Impl::FromSource(const ShardRef& ref, uint64_t po
   return att;
 }
 
-Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, bool count_open) {
+Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, bool count_open,
+                                             bool cached_only) {
+  auto not_cached = [&]() -> Result<Attachment> {
+    const std::string url = RedactUrl(ref.url);
+    return Status(StatusCode::kNotFound, "not cached (yet): " + url, url);
+  };
   auto uncached = [&]() -> Result<Attachment> {
+    if (cached_only) return not_cached();
     if (count_open) UpdateStats([](CacheStats& s) { s.uncached++; });
     return FromSource(ref, pos);
   };
@@ -131,6 +137,7 @@ Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, 
     if (auto d = ActiveDownload(key)) {
       std::lock_guard<std::mutex> lock(d->mu);
       if (!d->done) {
+        if (cached_only) return not_cached();
         if (count_open) UpdateStats([](CacheStats& s) { s.joined++; });
         Attachment att;
         att.kind = Attachment::kGrowing;
@@ -158,6 +165,7 @@ Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, 
         return att;
       }
       pin.Release();
+      if (cached_only) return not_cached();
       if (!writable || CachingSuspended() ||
           (ref.size >= 0 && static_cast<uint64_t>(ref.size) > opts.limit_bytes)) {
         return uncached();
@@ -189,6 +197,7 @@ Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, 
     } else {
       // 4. Another process holds the entry exclusively: it is downloading
       // (the lock file names its temporary) or evicting.
+      if (cached_only) return not_cached();
       std::string temp = internal::ReadLockContent(lock_path);
       if (!temp.empty() && temp.find('/') == std::string::npos) {
         int fd = ::open((opts.dir + "/" + temp).c_str(), O_RDONLY | O_CLOEXEC);
@@ -278,6 +287,10 @@ Result<std::unique_ptr<CachedShard>> ShardCache::Open(const ShardRef& shard) {
 
 Result<std::unique_ptr<RandomAccessFile>> ShardCache::OpenRandomAccess(const ShardRef& shard) {
   return internal::OpenPinnedRandomAccess(impl_, shard);
+}
+
+Result<std::unique_ptr<RandomAccessFile>> ShardCache::OpenIfCached(const ShardRef& shard) {
+  return internal::OpenPinnedRandomAccess(impl_, shard, /*cached_only=*/true);
 }
 
 void ShardCache::Prefetch(const std::vector<ShardRef>& upcoming) { impl_->Prefetch(upcoming); }

@@ -14,6 +14,7 @@
 #include "cache/cache_impl.h"
 #include "shardstream/checksum.h"
 #include "shardstream/url.h"
+#include "sources/posix_read.h"
 
 namespace shardstream::internal {
 namespace {
@@ -361,6 +362,11 @@ class PinnedFile final : public RandomAccessFile {
     impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += done; });
     return done;
   }
+  Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n) override {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t done, PReadVAll(att_.fd, offset, pieces, n, url_));
+    impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += done; });
+    return done;
+  }
 
  private:
   std::shared_ptr<ShardCache::Impl> impl_;
@@ -376,8 +382,12 @@ std::unique_ptr<CachedShard> NewShardStream(std::shared_ptr<ShardCache::Impl> im
 }
 
 Result<std::unique_ptr<RandomAccessFile>> OpenPinnedRandomAccess(
-    std::shared_ptr<ShardCache::Impl> impl, const ShardRef& ref) {
+    std::shared_ptr<ShardCache::Impl> impl, const ShardRef& ref, bool cached_only) {
   const std::string redacted = RedactUrl(ref.url);
+  if (cached_only) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(Attachment att, impl->Acquire(ref, 0, true, /*cached_only=*/true));
+    return std::unique_ptr<RandomAccessFile>(new PinnedFile(impl, redacted, std::move(att)));
+  }
   bool first = true;
   auto last_progress = Clock::now();
   uint64_t last_size = 0;

@@ -64,6 +64,8 @@ class Loader::Impl {
   // Direct reads' index records, likewise: at most half a ring's bytes per
   // lane kept idle between shards and epochs.
   std::shared_ptr<internal::DirectRecycler> recycler;
+  // Cached shards whose sample index the source lacks, likewise.
+  std::shared_ptr<internal::MissingIndexes> missing_indexes;
   std::unique_ptr<internal::RunCounters> counters = std::make_unique<internal::RunCounters>();
   Status sticky;
   bool ended = false;
@@ -267,6 +269,9 @@ Result<Batch> Loader::next() {
           static_cast<uint64_t>(std::max(m.opt.open_shards, m.opt.reader_threads)) *
           internal::RingBytes(m.opt) / 2);
     rc.recycler = m.recycler;
+    if (!m.missing_indexes && m.recycler && m.opt.cache)
+      m.missing_indexes = std::make_shared<internal::MissingIndexes>();
+    rc.missing_indexes = m.missing_indexes;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
     std::lock_guard<std::mutex> lock(m.run_mu);
     if (m.cancelled.load()) return Status::Cancelled("loader stopped");

@@ -85,12 +85,13 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     // With a sample shuffle a batch's documents lie apart in their shards:
     // a read each costs more than the second copy it saves (1024-token
     // documents, shuffle_buffer 1000: 0.19 of the plain read against 0.24).
-    // (The lanes also leave them off with a cache or a custom source.)
+    // (The lanes also leave them off with a cache and for remote shards.)
     lc.direct = opt_.direct_reads && spec.decode == FieldDecode::kNpy &&
                 opt_.error_policy == ErrorPolicy::kRaise && opt_.shuffle_buffer <= 1;
     lc.direct_field = spec.name;
     lc.direct_dtype = opt_.tokens.dtype;
     lc.direct_recycler = config_.recycler;
+    lc.missing_indexes = config_.missing_indexes;
   }
   const bool direct = lc.direct;
   lc.consume = [this] { return Assemble(); };
@@ -259,7 +260,7 @@ Status LoaderRun::TakeDirect(DirectCursor* c) {
 
 void LoaderRun::FlushDirect(DirectCursor* c) {
   if (c->taken == 0) return;
-  counters_->bytes_file += c->bytes;  // direct reads are of local files only
+  counters_->AddBytes(c->source, c->bytes);
   counters_->direct_samples += c->taken;
   c->bytes = 0;
   c->taken = 0;
@@ -344,6 +345,7 @@ Status LoaderRun::Advance(int* want) {
       cur.doc.sample = item->direct.sample;
       cur.left = static_cast<int64_t>(cur.doc.shard->docs.size());
       cur.shard = item->shard;
+      cur.source = item->source;
       SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
     } else if (!shuffle_) {
       SHARDSTREAM_RETURN_IF_ERROR(Process(item));  // in place: no swaps

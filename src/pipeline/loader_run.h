@@ -12,7 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/batcher.h"
+#include "pipeline/sample_batcher.h"
+#include "pipeline/token_packer.h"
 #include "pipeline/prng.h"
 #include "pipeline/shard_lanes.h"
 #include "pipeline/shuffle_buffer.h"
@@ -49,6 +50,8 @@ struct RunConfig {
   std::shared_ptr<BufferPool>* pool = nullptr;
   // Direct reads' index memory, likewise (null: none kept).
   std::shared_ptr<DirectRecycler> recycler;
+  // Cached shards without a sample index, likewise (null: none kept).
+  std::shared_ptr<MissingIndexes> missing_indexes;
 };
 
 class LoaderRun {
@@ -78,6 +81,7 @@ class LoaderRun {
     int64_t left = 0;    // documents not yet taken
     int64_t shard = -1;  // manifest index
     int lane = 0;
+    ByteSource source = ByteSource::kFile;  // where the chunk's bytes come from
     DecodedField tokens;
     uint64_t bytes = 0, taken = 0;  // not yet counted
   };

@@ -1,7 +1,7 @@
-// ShardLanes: the reader side of the pipeline and the threads that run the
-// whole pipeline. The consumer's ranges are dealt to `lanes` lanes (range j
-// to lane j % lanes); each lane reads its ranges one after another into a
-// bounded ring of samples. The consumer takes from whichever lane it
+// ShardLanes: the scheduler of the pipeline's threads. The consumer's ranges
+// are dealt to `lanes` lanes (range j to lane j % lanes); each lane's
+// LaneReader (lane_reader.h) reads its ranges one after another into a
+// bounded ring of items. The consumer takes from whichever lane it
 // chooses, so the order of samples it sees is its own choice, independent
 // of how fast anything reads.
 //
@@ -33,94 +33,10 @@
 #include <thread>
 #include <vector>
 
-#include "pipeline/direct_reads.h"
-#include "shardstream/decode.h"
+#include "pipeline/lane_reader.h"
 #include "shardstream/export.h"
-#include "shardstream/shard_cache.h"
-#include "shardstream/tar_reader.h"
 
 namespace shardstream::internal {
-
-struct LaneRange {
-  int64_t shard = 0;   // manifest index
-  int64_t first = 0;
-  int64_t end = 0;     // -1: the whole shard
-  ShardRef ref;        // resolved url, size, checksum
-};
-
-struct LaneItem {
-  // kDirect: a chunk of a range read directly, its documents taken
-  // straight from `direct` (the chunk's records, and its first sample) by
-  // the consumer.
-  enum Kind { kSample, kEnd, kError, kDirect };
-  Kind kind = kSample;
-  int64_t shard = -1;  // manifest index of the sample's shard
-  uint64_t bytes = 0;  // the sample's field bytes (what it holds in memory)
-  Sample sample;
-  Status status;
-  // Set by LaneConfig::prepare in the worker that read it: a field decoded ahead
-  // (a view into `sample`), or why it could not be.
-  size_t decoded_field = 0;  // index in sample.fields
-  DecodedField decoded;
-  Status decode_status;
-  // kDirect: the chunk and its first sample (direct_reads.h).
-  DirectDoc direct;
-  // Member-wise (the shuffle buffer and the rings swap items).
-  friend void swap(LaneItem& a, LaneItem& b) noexcept {
-    using std::swap;
-    swap(a.kind, b.kind);
-    swap(a.shard, b.shard);
-    swap(a.bytes, b.bytes);
-    swap(a.sample, b.sample);
-    swap(a.status, b.status);
-    swap(a.decoded_field, b.decoded_field);
-    swap(a.decoded, b.decoded);
-    swap(a.decode_status, b.decode_status);
-    a.direct.shard.swap(b.direct.shard);
-    swap(a.direct.sample, b.direct.sample);
-  }
-};
-
-struct LaneConfig {
-  TarReaderOptions tar;
-  ShardCache* cache = nullptr;
-  size_t ring = 256;
-  // A lane stops reading ahead at `ring` samples or at this many bytes of
-  // samples, whichever comes first (large samples would otherwise keep
-  // ring x their size in memory).
-  uint64_t ring_bytes = uint64_t{4} << 20;
-  int lanes = 4;
-  int threads = 2;  // workers
-  // Per-sample work moved off the consumer: run by the worker that read the
-  // sample, before it is published (pure: it may read the sample and fill
-  // the item's decoded fields, nothing else).
-  std::function<void(LaneItem*)> prepare;
-  // The consumer step (required), run by one worker at a time: takes items
-  // with TryPop() and returns the lane it found empty (it is called again
-  // once that lane has an item), or -1 when it is done for good; the
-  // workers then leave.
-  std::function<int()> consume;
-  // Optional work any idle worker may do after PostSide() (the consumer's
-  // batches to complete): runs it if there is some, returning whether it did.
-  // Comes before filling lanes; may run while a worker holds the consumer.
-  std::function<bool()> side;
-  // Token documents: read directly (no bytes in the ring; see
-  // direct_reads.h) where a range allows it, else the usual way. Only
-  // without a cache and a custom source.
-  bool direct = false;
-  std::string direct_field;
-  DType direct_dtype = DType::kInt32;
-  std::shared_ptr<DirectRecycler> direct_recycler;  // optional
-};
-
-struct LaneCounters {
-  std::atomic<uint64_t> bytes_file{0}, bytes_http{0}, bytes_s3{0}, bytes_other{0};
-  std::atomic<uint64_t> bytes_cache{0};
-  std::atomic<uint64_t> cache_hits{0}, cache_opens{0};
-  std::atomic<uint64_t> skipped_samples{0}, skipped_shards{0};
-  std::atomic<uint64_t> direct_samples{0};
-  std::atomic<uint64_t> consumer_wait_ns{0};  // the consumer waited for an empty lane
-};
 
 class SHARDSTREAM_EXPORT ShardLanes {
  public:
@@ -129,7 +45,7 @@ class SHARDSTREAM_EXPORT ShardLanes {
 
   int lanes() const { return static_cast<int>(lanes_.size()); }
   // Indices into the ranges, in the order lane `l` reads them.
-  const std::vector<size_t>& lane_ranges(int l) const { return lanes_[l]->ranges; }
+  const std::vector<size_t>& lane_ranges(int l) const { return lanes_[l]->reader->ranges(); }
   const LaneRange& range(size_t i) const { return ranges_[i]; }
 
   void Start();
@@ -154,7 +70,6 @@ class SHARDSTREAM_EXPORT ShardLanes {
  private:
   struct Lane {
     int index = 0;
-    std::vector<size_t> ranges;
     std::vector<LaneItem> ring;
     size_t head = 0, count = 0;   // guarded by mu_
     uint64_t bytes = 0;           // of the `count` samples; guarded by mu_
@@ -170,15 +85,8 @@ class SHARDSTREAM_EXPORT ShardLanes {
     // kDirect items published whose range the consumer has not finished:
     // they pace the lane instead of their bytes. Guarded by mu_.
     int direct_ahead = 0;
-    // Reader state, used by the thread that holds `busy`.
-    size_t next_range = 0;
-    int64_t read = 0;
-    uint64_t unpublished_bytes = 0;  // read since the last burst, not yet counted
-    std::unique_ptr<TarReader> reader;
-    std::unique_ptr<DirectRange> direct;  // instead of `reader`
-    // Shared with the reader's stream so Cancel() can reach a read blocked
-    // in TarReader::Open as safely as one blocked later. Guarded by mu_.
-    std::shared_ptr<CachedShard> cached;
+    // Used by the thread that holds `busy` (Cancel() from any thread).
+    std::unique_ptr<LaneReader> reader;
   };
 
   // Whether the reader should refill the lane: below three quarters of
@@ -199,16 +107,8 @@ class SHARDSTREAM_EXPORT ShardLanes {
            (consumer_lane_ < 0 || lanes_[static_cast<size_t>(consumer_lane_)]->count > 0);
   }
   void Run();
-  void Produce(Lane* lane, LaneItem* item);
-  Status OpenRange(Lane* lane, const LaneRange& r, LaneItem* scratch);
-  // A tar reader for the range from sample `at` on.
-  Status OpenReader(Lane* lane, const LaneRange& r, int64_t at, LaneItem* scratch);
-  void CloseReader(Lane* lane);
-  void FlushCount(Lane* lane);
-  void Count(size_t range, uint64_t bytes);
 
   std::vector<LaneRange> ranges_;
-  std::vector<uint8_t> kinds_;  // per range: 0 cache, 1 file, 2 http, 3 s3, 4 other
   LaneConfig config_;
   LaneCounters* counters_;
   std::vector<std::unique_ptr<Lane>> lanes_;

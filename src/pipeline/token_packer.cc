@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "pipeline/batcher.h"
-#include "pipeline/decode_error.h"
+#include "pipeline/token_packer.h"
+#include "format/decode_error.h"
 #include "pipeline/fill_seq.h"
 
 namespace shardstream::internal {

@@ -4,14 +4,18 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstddef>
 #include <string>
 
 #include "shardstream/source.h"
 #include "shardstream/url.h"
+#include "sources/posix_read.h"
 
 namespace shardstream {
 namespace {
@@ -57,6 +61,9 @@ class PosixRandomAccessFile final : public RandomAccessFile {
       done += static_cast<size_t>(r);
     }
     return done;
+  }
+  Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n) override {
+    return internal::PReadVAll(fd_.get(), offset, pieces, n, url_);
   }
 
  private:
@@ -285,3 +292,54 @@ std::shared_ptr<Source> LocalSource() {
 }
 
 }  // namespace shardstream
+
+namespace shardstream::internal {
+
+static_assert(sizeof(ReadPiece) == sizeof(iovec) && offsetof(ReadPiece, data) == offsetof(iovec, iov_base) &&
+                  offsetof(ReadPiece, len) == offsetof(iovec, iov_len),
+              "ReadPiece must be laid out as iovec");
+
+Result<size_t> PReadVAll(int fd, uint64_t offset, const ReadPiece* pieces, size_t n,
+                         const std::string& url) {
+  // preadv takes IOV_MAX pieces a call and may stop part way through one:
+  // the piece it stopped in is finished from a copy of its iovec.
+  size_t done = 0;
+  iovec partial{};
+  while (n > 0) {
+    const iovec* iov = reinterpret_cast<const iovec*>(pieces);
+    size_t count = std::min<size_t>(n, IOV_MAX);
+    if (partial.iov_len > 0) {
+      iov = &partial;
+      count = 1;
+    }
+    const ssize_t got = ::preadv(fd, iov, static_cast<int>(count), static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return Errno("read", url, static_cast<int64_t>(offset + done));
+    }
+    if (got == 0) break;  // the end of the file
+    done += static_cast<size_t>(got);
+    size_t left = static_cast<size_t>(got);
+    if (partial.iov_len > 0) {
+      partial.iov_base = static_cast<char*>(partial.iov_base) + left;
+      partial.iov_len -= left;
+      if (partial.iov_len == 0) {
+        ++pieces;
+        --n;
+      }
+      continue;
+    }
+    while (n > 0 && left >= pieces->len) {
+      left -= pieces->len;
+      ++pieces;
+      --n;
+    }
+    if (n > 0 && left > 0) {
+      partial.iov_base = static_cast<char*>(pieces->data) + left;
+      partial.iov_len = pieces->len - left;
+    }
+  }
+  return done;
+}
+
+}  // namespace shardstream::internal

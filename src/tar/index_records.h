@@ -13,6 +13,7 @@
 
 #include "shardstream/dtype.h"
 #include "shardstream/export.h"
+#include "shardstream/source.h"
 #include "shardstream/status.h"
 
 namespace shardstream::internal {
@@ -46,6 +47,13 @@ SHARDSTREAM_EXPORT Status IndexRecordError(const std::string& url, const std::st
 // header, and its records (the rest of `data` before the checksum).
 SHARDSTREAM_EXPORT Status OpenIndexRecords(std::string_view data, const std::string& url,
                                            IndexHeader* h, std::string_view* records);
+// The same checks on an index read through a Source, a piece of at most
+// kIndexReadChunk bytes at a time; its records lie in the file's bytes
+// [*records_begin, *records_end).
+constexpr size_t kIndexReadChunk = size_t{1} << 20;
+SHARDSTREAM_EXPORT Status CheckIndexFile(RandomAccessFile& file, const std::string& url,
+                                         IndexHeader* h, uint64_t* records_begin,
+                                         uint64_t* records_end);
 
 // Little-endian fields off the front of a view; false when too short.
 // Inlined: the walk reads every field of every record through these.
@@ -99,6 +107,11 @@ class IndexCursor {
 // url and byte offset otherwise). A sink has:
 //   bool Sample(uint64_t i, const IndexSampleRecord&);  // false: stop before sample i
 //   void Field(uint64_t i, uint32_t j, const IndexFieldRecord&);  // sample i's, version 2
+//
+// The records are given whole (Open) or a window at a time (OpenWindowed,
+// then SetWindow): a walk in a window stops before a record that the
+// window does not hold whole, and needs_window() then asks for the next
+// window, from position() on.
 class IndexWalker {
  public:
   // Checks the file as a whole (OpenIndexRecords). `data` must outlive the walk.
@@ -108,18 +121,42 @@ class IndexWalker {
     SHARDSTREAM_RETURN_IF_ERROR(OpenIndexRecords(data, url, &h_, &records));
     end_ = data.size() - 8;
     c_ = IndexCursor(records);
+    last_ = true;
     return Status::OK();
   }
+  // Records from a file checked by CheckIndexFile; no window yet.
+  void OpenWindowed(const IndexHeader& h, uint64_t records_begin, uint64_t records_end,
+                    const std::string& url) {
+    url_ = url;
+    h_ = h;
+    end_ = static_cast<size_t>(records_begin);
+    records_end_ = records_end;
+    c_ = IndexCursor(std::string_view());
+    last_ = records_begin == records_end;
+  }
+  // The file's bytes from position() on (`data` outlives the walk in it).
+  void SetWindow(std::string_view data) {
+    end_ = position() + data.size();
+    c_ = IndexCursor(data);
+    last_ = end_ >= records_end_;
+    need_window_ = false;
+  }
+  bool needs_window() const { return need_window_; }
   const IndexHeader& header() const { return h_; }
   uint64_t next() const { return i_; }           // the next sample to walk
   size_t position() const { return end_ - c_.left(); }  // its record's byte offset
 
-  // Samples [next(), until) while the sink's Sample() says so.
+  // Samples [next(), until) while the sink's Sample() says so (and, in a
+  // window, while the window holds their records).
   template <class Sink>
   Status Walk(Sink* sink, uint64_t until) {
     const std::string& url = url_;
     if (until > h_.samples) until = h_.samples;
     for (; i_ < until; ++i_) {
+      if (!last_ && !WholeRecord()) {
+        need_window_ = true;
+        return Status::OK();
+      }
       const IndexCursor at_record = c_;
       const uint64_t prev_end = prev_end_;
       IndexSampleRecord e;
@@ -171,16 +208,36 @@ class IndexWalker {
         sink->Field(i_, j, f);
       }
     }
-    if (i_ == h_.samples && c_.left() != 0)
+    if (i_ == h_.samples && (!last_ || c_.left() != 0))
       return IndexRecordError(url, "trailing bytes", end_ - c_.left());
     return Status::OK();
   }
 
  private:
+  // Whether the window holds the next record whole (the walk's checks
+  // then find a truncated record only at the file's end).
+  bool WholeRecord() const {
+    IndexCursor c = c_;
+    uint64_t skip64 = 0;
+    uint32_t nfields = 0, len = 0;
+    std::string_view v;
+    if (!c.Get64(&skip64) || !c.Get64(&skip64) || !c.Get32(&nfields) || !c.Get32(&len) ||
+        !c.GetView(len, &v))
+      return false;
+    if (h_.version == 1) return true;
+    for (uint32_t j = 0; j < nfields; ++j)
+      if (c.left() < 48 || !c.Get32(&len) || !c.GetView(len, &v) || !c.GetView(44, &v))
+        return false;
+    return true;
+  }
+
   std::string url_;
   IndexHeader h_;
   IndexCursor c_{std::string_view()};
-  size_t end_ = 0;  // where the records end, in the file
+  size_t end_ = 0;  // where the records in c_ end, in the file
+  uint64_t records_end_ = 0;  // where the records end, in the file (windowed)
+  bool last_ = true;          // c_ reaches the records' end
+  bool need_window_ = false;
   uint64_t i_ = 0, prev_end_ = 0;
 };
 

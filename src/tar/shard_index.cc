@@ -4,7 +4,9 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "shardstream/decode.h"
 #include "shardstream/url.h"
@@ -109,28 +111,82 @@ Status IndexRecordError(const std::string& url, const std::string& why, size_t a
   return Status(StatusCode::kCorrupt, "sample index " + u + ": " + why, u, static_cast<int64_t>(at));
 }
 
+namespace {
+
+// The header (magic, version, flags, shard size, sample count) of an index
+// of `file_size` bytes from its first bytes `head`; the records start at
+// *records_at.
+Status ParseIndexHead(std::string_view head, uint64_t file_size, const std::string& url,
+                      IndexHeader* h, size_t* records_at) {
+  if (file_size < sizeof(kMagic) + 32 || head.size() < sizeof(kMagic) + 24 ||
+      std::memcmp(head.data(), kMagic, sizeof(kMagic)) != 0)
+    return IndexRecordError(url, "not a shardstream sample index (bad magic or too short)", 0);
+  IndexCursor c(head.substr(sizeof(kMagic)));
+  uint32_t flags = 0;
+  (void)(c.Get32(&h->version) && c.Get32(&flags) && c.Get64(&h->shard_size) &&
+         c.Get64(&h->samples));
+  if (h->version != 1 && h->version != kVersion)
+    return IndexRecordError(url, "unsupported version " + std::to_string(h->version), 8);
+  h->compressed = (flags & 1) != 0;
+  *records_at = sizeof(kMagic) + 24;
+  if (h->samples > (file_size - 8 - *records_at) / 24)
+    return IndexRecordError(url, "sample count " + std::to_string(h->samples) + " exceeds the file",
+                            24);
+  return Status::OK();
+}
+
+Status ChecksumMismatch(const std::string& url, uint64_t file_size) {
+  return IndexRecordError(url, "checksum mismatch (damaged file)", file_size - 8);
+}
+
+}  // namespace
+
 Status OpenIndexRecords(std::string_view data, const std::string& url, IndexHeader* h,
                         std::string_view* records) {
-  if (data.size() < sizeof(kMagic) + 32 || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0)
-    return IndexRecordError(url, "not a shardstream sample index (bad magic or too short)", 0);
+  size_t at = 0;
+  SHARDSTREAM_RETURN_IF_ERROR(ParseIndexHead(data, data.size(), url, h, &at));
   std::string_view body = data.substr(0, data.size() - 8);
   IndexCursor tail(data.substr(data.size() - 8));
   uint64_t stored = 0;
   (void)tail.Get64(&stored);
-  if (stored != XXH3_64bits(body.data(), body.size()))
-    return IndexRecordError(url, "checksum mismatch (damaged file)", data.size() - 8);
-  IndexCursor c(body.substr(sizeof(kMagic)));
-  uint32_t flags = 0;
-  if (!c.Get32(&h->version) || !c.Get32(&flags) || !c.Get64(&h->shard_size) ||
-      !c.Get64(&h->samples))
-    return IndexRecordError(url, "truncated header", sizeof(kMagic));
-  if (h->version != 1 && h->version != kVersion)
-    return IndexRecordError(url, "unsupported version " + std::to_string(h->version), 8);
-  h->compressed = (flags & 1) != 0;
-  if (h->samples > c.left() / 24)
-    return IndexRecordError(url, "sample count " + std::to_string(h->samples) + " exceeds the file",
-                            24);
-  *records = body.substr(body.size() - c.left());
+  if (stored != XXH3_64bits(body.data(), body.size())) return ChecksumMismatch(url, data.size());
+  *records = body.substr(at);
+  return Status::OK();
+}
+
+Status CheckIndexFile(RandomAccessFile& file, const std::string& url, IndexHeader* h,
+                      uint64_t* records_begin, uint64_t* records_end) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(const uint64_t size, file.Size());
+  // Hashed a piece at a time: what it holds does not grow with the index.
+  std::unique_ptr<char[]> buf(new char[kIndexReadChunk]);
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(),
+                                                                       &XXH3_freeState);
+  if (state == nullptr) return Status::Io("out of memory hashing " + url);
+  (void)XXH3_64bits_reset(state.get());
+  const uint64_t body = size >= 8 ? size - 8 : 0;
+  size_t records_at = 0;
+  for (uint64_t at = 0; at < body || at == 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kIndexReadChunk, body - at));
+    SHARDSTREAM_ASSIGN_OR_RETURN(const size_t got, file.ReadAt(at, n, buf.get()));
+    if (got < n)
+      return IndexRecordError(url, "ends at byte " + std::to_string(at + got) + " of " +
+                                       std::to_string(size) + " (cut short while read?)",
+                              at + got);
+    if (at == 0)
+      SHARDSTREAM_RETURN_IF_ERROR(
+          ParseIndexHead(std::string_view(buf.get(), got), size, url, h, &records_at));
+    (void)XXH3_64bits_update(state.get(), buf.get(), got);
+    at += got;
+    if (n == 0) break;
+  }
+  char tail[8];
+  SHARDSTREAM_ASSIGN_OR_RETURN(const size_t got, file.ReadAt(body, 8, tail));
+  IndexCursor c(std::string_view(tail, got));
+  uint64_t stored = 0;
+  if (!c.Get64(&stored) || stored != XXH3_64bits_digest(state.get()))
+    return ChecksumMismatch(url, size);
+  *records_begin = records_at;
+  *records_end = body;
   return Status::OK();
 }
 

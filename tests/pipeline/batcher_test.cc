@@ -1,4 +1,5 @@
-#include "pipeline/batcher.h"
+#include "pipeline/sample_batcher.h"
+#include "pipeline/token_packer.h"
 
 #include <gtest/gtest.h>
 

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
+#include <algorithm>
 
 #include "shardstream/url.h"
 
@@ -10,7 +12,7 @@ namespace {
 
 bool IsMutating(FaultSource::Op op) {
   return op != FaultSource::Op::kOpen && op != FaultSource::Op::kStat &&
-         op != FaultSource::Op::kList;
+         op != FaultSource::Op::kList && op != FaultSource::Op::kRead;
 }
 
 std::string Trim(std::string url) {
@@ -25,6 +27,55 @@ std::string ApplyRename(const std::string& p, const std::string& from, const std
     return to + p.substr(from.size());
   return p;
 }
+
+// Reads with the owner's read faults: failures by rule (Op::kRead), a cut,
+// a corrupt byte. Vectored reads are vectored below too, so the fast path
+// under test stays the one that runs.
+class FaultRandomAccessFile final : public RandomAccessFile {
+ public:
+  FaultRandomAccessFile(FaultSource* owner, std::string url, std::unique_ptr<RandomAccessFile> target)
+      : owner_(owner), url_(std::move(url)), target_(std::move(target)) {}
+  const std::string& url() const override { return target_->url(); }
+  Result<uint64_t> Size() override { return target_->Size(); }
+  Result<size_t> ReadAt(uint64_t offset, size_t n, void* out) override {
+    ReadPiece p{out, n};
+    return ReadVAt(offset, &p, 1);
+  }
+  Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n) override {
+    owner_->CountRead();
+    SHARDSTREAM_RETURN_IF_ERROR(owner_->Check(FaultSource::Op::kRead, url_));
+    int64_t cut = -1, corrupt = -1;
+    owner_->ReadFaults(url_, &cut, &corrupt);
+    std::vector<ReadPiece> v(pieces, pieces + n);
+    if (cut >= 0) {  // drop what lies past the cut
+      uint64_t room = static_cast<uint64_t>(cut) > offset ? static_cast<uint64_t>(cut) - offset : 0;
+      size_t k = 0;
+      for (; k < v.size() && room > 0; ++k) {
+        v[k].len = static_cast<size_t>(std::min<uint64_t>(v[k].len, room));
+        room -= v[k].len;
+      }
+      v.resize(k);
+    }
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, target_->ReadVAt(offset, v.data(), v.size()));
+    if (corrupt >= 0 && static_cast<uint64_t>(corrupt) >= offset &&
+        static_cast<uint64_t>(corrupt) < offset + got) {
+      uint64_t at = static_cast<uint64_t>(corrupt) - offset;
+      for (const ReadPiece& p : v) {
+        if (at < p.len) {
+          static_cast<char*>(p.data)[at] ^= 0xff;
+          break;
+        }
+        at -= p.len;
+      }
+    }
+    return got;
+  }
+
+ private:
+  FaultSource* owner_;
+  std::string url_;
+  std::unique_ptr<RandomAccessFile> target_;
+};
 
 class FaultWritableFile final : public WritableFile {
  public:
@@ -90,10 +141,11 @@ void FaultSource::ClearFaults() {
   crash_after_ = -1;
   crashed_.store(false);
   delay_us_.store(0);
+  truncate_at_ = corrupt_at_ = -1;
 }
 
 Status FaultSource::Check(Op op, const std::string& url) {
-  if (int64_t us = delay_us_.load(); us > 0)
+  if (int64_t us = delay_us_.load(); us > 0 && op != Op::kRead)
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   std::lock_guard<std::mutex> l(mu_);
   if (crashed_.load()) return Status::Io("injected crash: no call succeeds after it (" + url + ")");
@@ -117,6 +169,27 @@ Status FaultSource::Check(Op op, const std::string& url) {
     }
   }
   return Status::OK();
+}
+
+void FaultSource::TruncateReads(int64_t bytes, std::string url_filter) {
+  std::lock_guard<std::mutex> l(mu_);
+  truncate_at_ = bytes;
+  truncate_filter_ = std::move(url_filter);
+}
+
+void FaultSource::CorruptReadByte(int64_t offset, std::string url_filter) {
+  std::lock_guard<std::mutex> l(mu_);
+  corrupt_at_ = offset;
+  corrupt_filter_ = std::move(url_filter);
+}
+
+void FaultSource::ReadFaults(const std::string& url, int64_t* truncate_at, int64_t* corrupt_at) {
+  auto matches = [&](const std::string& f) {
+    return url.size() >= f.size() && url.compare(url.size() - f.size(), f.size(), f) == 0;
+  };
+  std::lock_guard<std::mutex> l(mu_);
+  *truncate_at = matches(truncate_filter_) ? truncate_at_ : -1;
+  *corrupt_at = matches(corrupt_filter_) ? corrupt_at_ : -1;
 }
 
 Status FaultSource::CheckSpace(size_t n) {
@@ -170,7 +243,8 @@ void FaultSource::Prune() {
 
 Result<std::unique_ptr<RandomAccessFile>> FaultSource::OpenRandomAccess(const std::string& url) {
   SHARDSTREAM_RETURN_IF_ERROR(Check(Op::kOpen, url));
-  return SourceWrapper::OpenRandomAccess(url);
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto file, SourceWrapper::OpenRandomAccess(url));
+  return std::unique_ptr<RandomAccessFile>(new FaultRandomAccessFile(this, url, std::move(file)));
 }
 Result<std::unique_ptr<InputStream>> FaultSource::OpenInputStream(const std::string& url,
                                                                   uint64_t offset) {

@@ -38,6 +38,7 @@ class FaultSource : public SourceWrapper {
   enum class Op {
     kOpen, kStat, kList, kNewFile, kAppend, kSync, kClose,
     kRename, kRemove, kCreateDir, kRemoveDir, kSyncDir,
+    kRead,  // ReadAt or ReadVAt of a file from OpenRandomAccess
   };
   explicit FaultSource(std::shared_ptr<Source> target) : SourceWrapper(std::move(target)) {}
 
@@ -52,7 +53,21 @@ class FaultSource : public SourceWrapper {
   // After `n` more mutating calls, every call fails ("the process died").
   void CrashAfter(int64_t n);
   bool crashed() const { return crashed_.load(); }
-  // Sleeps this long in every call. 0: none.
+  // Random-access reads of urls ending in `url_filter` see the file end at
+  // byte `bytes` (a file cut short after it was opened: Size() is unchanged,
+  // reads past it come back short). -1: off.
+  void TruncateReads(int64_t bytes, std::string url_filter = {});
+  // Random-access reads of urls ending in `url_filter` see the byte at
+  // `offset` inverted. -1: off.
+  void CorruptReadByte(int64_t offset, std::string url_filter = {});
+  // Random-access reads so far (ReadAt and ReadVAt calls).
+  int64_t reads() const { return reads_.load(); }
+  // Used by the wrapped random-access files: the cut and the corrupt byte
+  // that apply to `url` (-1: none).
+  void ReadFaults(const std::string& url, int64_t* truncate_at, int64_t* corrupt_at);
+  void CountRead() { reads_++; }
+
+  // Sleeps this long in every call but reads. 0: none.
   void SetDelayMicros(int64_t us) { delay_us_.store(us); }
   void ClearFaults();
 
@@ -128,6 +143,9 @@ class FaultSource : public SourceWrapper {
   std::atomic<bool> crashed_{false};
   std::atomic<int64_t> delay_us_{0};
   std::atomic<int64_t> mutating_{0};
+  std::atomic<int64_t> reads_{0};
+  int64_t truncate_at_ = -1, corrupt_at_ = -1;  // guarded by mu_
+  std::string truncate_filter_, corrupt_filter_;  // guarded by mu_
   std::atomic<bool> tracking_{false};
   std::atomic<bool> forward_syncs_{true};
   std::map<std::string, std::pair<uint64_t, uint64_t>> files_;  // url -> (size, synced)

@@ -1,10 +1,5 @@
-#include "pipeline/direct_reads.h"
+#include "tar/direct_reads.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -12,8 +7,6 @@
 #include <cstring>
 
 #include "shardstream/decode.h"
-#include "shardstream/url.h"
-#include "tar/index_records.h"
 #include "tar/tar_format.h"
 
 namespace shardstream::internal {
@@ -25,7 +18,7 @@ constexpr uint64_t kMaxGap = uint64_t{16} << 10;
 // A job: about this many bytes, so the workers share a batch's reads.
 constexpr uint64_t kJobBytes = uint64_t{512} << 10;
 constexpr size_t kMaxIov = 1024;  // IOV_MAX on Linux
-constexpr uint64_t kMaxHeaders = 4096 + kTarBlock;
+constexpr uint64_t kMaxHeaders = kDirectMaxHeaders;
 constexpr size_t kMaxPieceValues = size_t{1} << 30;
 
 Status Mismatch(const DirectShard& s, uint64_t offset, int64_t sample, const std::string& what) {
@@ -85,35 +78,19 @@ bool SizeIs(const char* field, uint64_t want) {
   return got && *got == want;
 }
 
-// preadv until every byte of `iov` is in, or an error naming the shard.
-Status ReadFully(const DirectShard& s, uint64_t offset, iovec* iov, size_t n) {
-  while (n > 0) {
-    const ssize_t got = ::preadv(s.fd, iov, static_cast<int>(n), static_cast<off_t>(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return Status(StatusCode::kIo,
-                    "reading shard " + s.url + " at byte " + std::to_string(offset) + ": " +
-                        std::strerror(errno),
-                    s.url, static_cast<int64_t>(offset));
-    }
-    if (got == 0)
-      return Status(StatusCode::kCorrupt,
-                    "shard " + s.url + " ends at byte " + std::to_string(offset) +
-                        ", before what its sample index places there (the shard changed "
-                        "after it was indexed?)",
-                    s.url, static_cast<int64_t>(offset));
-    offset += static_cast<uint64_t>(got);
-    size_t left = static_cast<size_t>(got);
-    while (n > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --n;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
-  }
+// Every byte of the pieces, or an error naming the shard and the offset.
+Status ReadFully(const DirectShard& s, uint64_t offset, const ReadPiece* pieces, size_t n,
+                 size_t bytes) {
+  Result<size_t> got = s.file->ReadVAt(offset, pieces, n);
+  if (!got.ok())
+    return got.status().WithContext("reading shard " + s.url + " at byte " + std::to_string(offset),
+                                    s.url, static_cast<int64_t>(offset));
+  if (*got < bytes)
+    return Status(StatusCode::kCorrupt,
+                  "shard " + s.url + " ends at byte " + std::to_string(offset + *got) +
+                      ", before what its sample index places there (the shard changed "
+                      "after it was indexed?)",
+                  s.url, static_cast<int64_t>(offset + *got));
   return Status::OK();
 }
 
@@ -149,216 +126,6 @@ void DirectRecycler::Give(DirectShard* s) {
   if (kept_bytes_ + Bytes(k) > max_bytes_) return;  // freed as k goes
   kept_bytes_ += Bytes(k);
   free_.push_back(std::move(k));
-}
-
-DirectRange::Mapping::~Mapping() {
-  if (data != nullptr) ::munmap(data, size);
-}
-
-namespace {
-
-// Closes a shard's file with the last chunk of records read from it.
-struct FileCloser {
-  explicit FileCloser(int f) : fd(f) {}
-  FileCloser(const FileCloser&) = delete;
-  FileCloser& operator=(const FileCloser&) = delete;
-  ~FileCloser() { ::close(fd); }
-  int fd;
-};
-
-// Skips the samples before a range.
-struct SkipSink {
-  bool Sample(uint64_t, const IndexSampleRecord&) { return true; }
-  void Field(uint64_t, uint32_t, const IndexFieldRecord&) {}
-};
-
-// Fills a chunk with the records of the samples it walks, up to `max_docs`
-// of them and `max_keys` bytes of keys. A sample that cannot be read
-// directly ends the chunk before it, with the reason in `why`.
-class ChunkSink {
- public:
-  ChunkSink(DirectShard* s, size_t max_docs, size_t max_keys)
-      : s_(s), max_docs_(max_docs), max_keys_(max_keys) {}
-  size_t count = 0;  // records filled
-  std::string why;   // set: the sample after them cannot be read directly
-
-  bool Sample(uint64_t i, const IndexSampleRecord& r) {
-    if (!why.empty()) return false;
-    if (count > 0 && !found_) return Missing(i - 1);
-    if (count == max_docs_ || s_->keys.size() + r.key.size() > max_keys_ ||
-        r.key.size() > UINT32_MAX) {
-      if (count == 0)  // not even one: read the usual way
-        why = "sample " + std::to_string(i) + "'s key takes more than " +
-              std::to_string(max_keys_) + " bytes";
-      return false;
-    }
-    DirectShard::Doc& d = s_->docs[count++];
-    d.offset = r.offset;
-    d.length = r.length;
-    d.key_at = static_cast<uint32_t>(s_->keys.size());
-    d.key_len = static_cast<uint32_t>(r.key.size());
-    s_->keys.append(r.key.data(), r.key.size());
-    found_ = false;
-    return true;
-  }
-
-  void Field(uint64_t i, uint32_t, const IndexFieldRecord& f) {
-    if (found_ || !why.empty() || f.name != s_->field) return;
-    found_ = true;
-    DirectShard::Doc& d = s_->docs[count - 1];
-    if (f.ndim != 1 || f.dtype != s_->dtype || f.payload - f.offset + kTarBlock > kMaxHeaders ||
-        f.offset < d.offset + kTarBlock) {
-      Missing(i);
-      return;
-    }
-    d.field = f.offset;
-    d.payload = f.payload;
-    d.count = f.count;
-    d.header_hash = f.header_hash;
-  }
-
-  // After the walk stopped: whether the last sample walked had its field.
-  void Done() {
-    if (why.empty() && count > 0 && !found_) Missing(s_->first + count - 1);
-  }
-
- private:
-  // Sample i cannot be read directly: the chunk ends before it.
-  bool Missing(uint64_t i) {
-    why = "sample " + std::to_string(i) + " has no 1-D " + std::string(DTypeName(s_->dtype)) +
-          " field '" + s_->field + "' with headers of at most 4 KiB by its index";
-    count = static_cast<size_t>(static_cast<int64_t>(i) - s_->first);
-    s_->keys.resize(count == 0 ? 0 : s_->docs[count - 1].key_at + s_->docs[count - 1].key_len);
-    return false;
-  }
-  DirectShard* s_;
-  size_t max_docs_, max_keys_;
-  bool found_ = false;  // the current sample's field
-};
-
-}  // namespace
-
-std::unique_ptr<DirectRange> DirectRange::Open(const std::string& url, const std::string& field,
-                                               DType dtype, int64_t first, int64_t end,
-                                               std::string* why) {
-  const std::string path = LocalPath(url);
-  if (path.empty()) {
-    *why = "not a local file";
-    return nullptr;
-  }
-  auto r = std::unique_ptr<DirectRange>(new DirectRange());
-  const std::string index_path = IndexUrlFor(path);
-  const int ifd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (ifd < 0) {
-    *why = "no sample index " + index_path + " (" + std::strerror(errno) + ")";
-    return nullptr;
-  }
-  struct stat st;
-  bool ok = ::fstat(ifd, &st) == 0;
-  if (ok && st.st_size > 0) {
-    // Mapped, not read: walked once, straight from the page cache, and the
-    // pages walked are let go as it goes (Next).
-    r->map_.size = static_cast<size_t>(st.st_size);
-    void* p = ::mmap(nullptr, r->map_.size, PROT_READ, MAP_PRIVATE, ifd, 0);
-    ok = p != MAP_FAILED;
-    r->map_.data = ok ? p : nullptr;
-    if (ok) (void)::madvise(p, r->map_.size, MADV_SEQUENTIAL);
-  }
-  if (!ok) *why = "reading its sample index " + index_path + " failed (" + std::strerror(errno) + ")";
-  ::close(ifd);
-  if (!ok) return nullptr;
-  std::string_view data(static_cast<const char*>(r->map_.data), r->map_.size);
-  Status opened = r->walk_.Open(data, IndexUrlFor(url));
-  if (!opened.ok()) {
-    *why = opened.ToString();
-    return nullptr;
-  }
-  const IndexHeader& h = r->walk_.header();
-  const uint64_t last = end < 0 ? h.samples : static_cast<uint64_t>(end);
-  if (h.compressed) {
-    *why = "compressed";
-  } else if (h.version < 2) {
-    *why = "its index is version 1 (`shardstream index` rebuilds it)";
-  } else if (first < 0 || static_cast<uint64_t>(first) > last || last > h.samples) {
-    *why = "the index lists " + std::to_string(h.samples) + " samples, fewer than the plan";
-  } else {
-    why->clear();
-  }
-  if (!why->empty()) return nullptr;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *why = std::strerror(errno);
-    return nullptr;
-  }
-  r->file_ = std::make_shared<FileCloser>(fd);
-  r->fd_ = fd;
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != h.shard_size) {
-    *why = "its index is stale";
-    return nullptr;
-  }
-  SkipSink skip;
-  Status skipped = r->walk_.Walk(&skip, static_cast<uint64_t>(first));
-  if (!skipped.ok()) {
-    *why = skipped.ToString();
-    return nullptr;
-  }
-  // The checksum read every page: let them all go, so the mapping holds
-  // only what the chunks walk (the walk maps back what it reads).
-  (void)::madvise(r->map_.data, r->map_.size, MADV_DONTNEED);
-  r->Release(r->walk_.position());
-  r->url_ = RedactUrl(url);
-  r->field_ = field;
-  r->dtype_ = dtype;
-  r->next_ = first;
-  r->end_ = static_cast<int64_t>(last);
-  return r;
-}
-
-void DirectRange::Release(size_t upto) {
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t done = upto / page * page;
-  if (done > released_) {
-    (void)::madvise(static_cast<char*>(map_.data) + released_, done - released_, MADV_DONTNEED);
-    released_ = done;
-  }
-}
-
-std::shared_ptr<const DirectShard> DirectRange::Next(uint64_t max_bytes,
-                                                     const std::shared_ptr<DirectRecycler>& recycler,
-                                                     std::string* why) {
-  if (!why_.empty() || next() == end_) {
-    *why = why_;
-    return nullptr;
-  }
-  auto s = std::make_shared<DirectShard>();
-  if (recycler != nullptr) recycler->Take(s.get());
-  s->fd = fd_;
-  s->file = file_;
-  s->url = url_;
-  s->field = field_;
-  s->dtype = dtype_;
-  s->first = next();
-  // Records and keys share the bound, half each; sized once (built one by
-  // one, each Doc cleared with a rep stos took half of the walk).
-  const size_t max_docs = std::max<size_t>(1, max_bytes / 2 / sizeof(DirectShard::Doc));
-  s->docs.resize(max_docs);
-  s->keys.clear();
-  ChunkSink sink(s.get(), max_docs, static_cast<size_t>(max_bytes / 2));
-  Status walked = walk_.Walk(&sink, static_cast<uint64_t>(end_));
-  if (!walked.ok()) {
-    sink.why = walked.ToString();
-    sink.count = 0;  // a broken index: none of this chunk either
-  } else {
-    sink.Done();
-  }
-  s->docs.resize(sink.count);
-  if (!sink.why.empty()) why_ = sink.why;
-  next_ = s->first + static_cast<int64_t>(sink.count);
-  // The records walked are in the chunk now: their pages can go.
-  Release(walk_.position());
-  *why = why_;
-  if (sink.count == 0) return nullptr;
-  return s;
 }
 
 size_t DirectReads::Keep(const DirectDoc& doc) {
@@ -437,7 +204,7 @@ Status DirectReads::RunJob(size_t j) {
   // Per worker, kept: a job allocates nothing. (One thread_local: each
   // costs a call to find from a shared library.)
   struct Scratch {
-    std::vector<iovec> iov;
+    std::vector<ReadPiece> iov;
     std::vector<const char*> hdrs;
     std::unique_ptr<char[]> gap;
     // One read's headers, each with the tar padding before it: a document
@@ -452,7 +219,7 @@ Status DirectReads::RunJob(size_t j) {
     }
   };
   thread_local Scratch scratch;
-  std::vector<iovec>& iov = scratch.iov;
+  std::vector<ReadPiece>& iov = scratch.iov;
   std::vector<const char*>& hdrs = scratch.hdrs;
   char* const gap = scratch.gap.get();
   char* const heads = scratch.heads.get();
@@ -472,21 +239,21 @@ Status DirectReads::RunJob(size_t j) {
       if (k > i && (p.offset < pos || p.offset - pos > kMaxGap || iov.size() + 3 > kMaxIov)) break;
       const uint64_t g = p.offset - pos;
       if (p.head > 0 && g <= kTarBlock) {
-        iov.push_back(iovec{at, static_cast<size_t>(g + p.head)});
+        iov.push_back(ReadPiece{at, static_cast<size_t>(g + p.head)});
         hdrs.push_back(at + g);
         at += g + p.head;
       } else {
-        if (g > 0) iov.push_back(iovec{gap, static_cast<size_t>(g)});
+        if (g > 0) iov.push_back(ReadPiece{gap, static_cast<size_t>(g)});
         if (p.head > 0) {
-          iov.push_back(iovec{at, p.head});
+          iov.push_back(ReadPiece{at, p.head});
           hdrs.push_back(at);
           at += p.head;
         }
       }
-      if (p.len > p.head) iov.push_back(iovec{p.dst, static_cast<size_t>(p.len - p.head)});
+      if (p.len > p.head) iov.push_back(ReadPiece{p.dst, static_cast<size_t>(p.len - p.head)});
       pos = p.offset + p.len;
     }
-    SHARDSTREAM_RETURN_IF_ERROR(ReadFully(shard, start, iov.data(), iov.size()));
+    SHARDSTREAM_RETURN_IF_ERROR(ReadFully(shard, start, iov.data(), iov.size(), pos - start));
     size_t h = 0;
     for (size_t c = i; c < k; ++c)
       if (v[c].head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(shard, v[c], hdrs[h++]));

@@ -1,6 +1,6 @@
 #include <string>
 
-#include "pipeline/decode_error.h"
+#include "format/decode_error.h"
 #include "shardstream/decode.h"
 
 namespace shardstream {

@@ -1,7 +1,7 @@
 // The one way decoders report bad bytes: kCorrupt naming the sample key,
 // field, shard and byte offset.
-#ifndef SHARDSTREAM_PIPELINE_DECODE_ERROR_H_
-#define SHARDSTREAM_PIPELINE_DECODE_ERROR_H_
+#ifndef SHARDSTREAM_FORMAT_DECODE_ERROR_H_
+#define SHARDSTREAM_FORMAT_DECODE_ERROR_H_
 
 #include <string>
 #include <string_view>
@@ -20,4 +20,4 @@ inline Status FieldError(const FieldContext& ctx, uint64_t at, std::string_view 
 
 }  // namespace shardstream::internal
 
-#endif  // SHARDSTREAM_PIPELINE_DECODE_ERROR_H_
+#endif  // SHARDSTREAM_FORMAT_DECODE_ERROR_H_

@@ -1,15 +1,18 @@
-// Direct reads: token documents read from an uncompressed local shard
-// straight into their place in a batch slot, one copy (page cache to slot)
-// instead of two (page cache to a read buffer, then to the slot). The
-// shard's version 2 sample index says where every document's values lie
-// (DirectRange walks it a chunk at a time), so the packer places documents
-// before a byte of them is read; a batch's
-// reads then run as a few vectored reads (preadv) per shard, on whichever
-// workers are free. The tar and .npy headers in front of each document are
-// read along and checked against the index, so a shard that does not match
-// its index fails with its url and the byte offset, never with wrong tokens.
-#ifndef SHARDSTREAM_PIPELINE_DIRECT_READS_H_
-#define SHARDSTREAM_PIPELINE_DIRECT_READS_H_
+// Direct reads: token documents read from an uncompressed shard straight
+// into their place in a batch slot, one copy (page cache to slot) instead
+// of two (page cache to a read buffer, then to the slot). The shard's
+// version 2 sample index says where every document's values lie
+// (DirectRange, direct_range.h, walks it a chunk at a time), so the packer
+// places documents before a byte of them is read; a batch's reads then run
+// as a few vectored reads (RandomAccessFile::ReadVAt) per shard, on
+// whichever workers are free. The tar and .npy headers in front of each
+// document are read along and checked against the index, so a shard that
+// does not match its index fails with its url and the byte offset, never
+// with wrong tokens. Every byte is read through the shard's
+// RandomAccessFile: a local file, a shard cache entry, or a test's
+// fault-injecting file.
+#ifndef SHARDSTREAM_TAR_DIRECT_READS_H_
+#define SHARDSTREAM_TAR_DIRECT_READS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -23,17 +26,20 @@
 #include "shardstream/dtype.h"
 #include "shardstream/export.h"
 #include "shardstream/result.h"
-#include "shardstream/shard_index.h"
-#include "tar/index_records.h"
+#include "shardstream/source.h"
 
 namespace shardstream::internal {
 
 class DirectRecycler;
 
+// A document's tar header and .npy header together, at most: a document
+// with a longer .npy header is read the usual way.
+constexpr uint64_t kDirectMaxHeaders = 4096 + 512;
+
 // What direct reads keep of a shard's index for a run of samples (a chunk
 // of a range): 56 bytes and the key per sample. Shared by the lane's
-// consumer and every document placed from it; the shard's file closes with
-// the last chunk of it.
+// consumer and every document placed from it; the shard's file closes (and
+// a cache entry is unpinned) with the last chunk of it.
 struct SHARDSTREAM_EXPORT DirectShard {
   struct Doc {
     uint64_t offset = 0, length = 0;  // the sample's (SampleIndexEntry)
@@ -53,8 +59,7 @@ struct SHARDSTREAM_EXPORT DirectShard {
     const Doc& d = doc(sample);
     return std::string_view(keys).substr(d.key_at, d.key_len);
   }
-  int fd = -1;
-  std::shared_ptr<const void> file;  // keeps fd open
+  std::shared_ptr<RandomAccessFile> file;  // the shard's bytes
   std::string url;    // credentials redacted
   std::string field;  // the token field's name
   DType dtype = DType::kInt32;
@@ -88,50 +93,6 @@ class SHARDSTREAM_EXPORT DirectRecycler : public std::enable_shared_from_this<Di
   uint64_t max_bytes_;
   uint64_t kept_bytes_ = 0;
   std::vector<Kept> free_;
-};
-
-// Samples [first, end) of a shard (end -1: to the last) open for direct
-// reads of one token field: the shard's file and its index, mapped and
-// walked a chunk of records at a time, so what a lane keeps does not grow
-// with the shard. One lane's.
-class SHARDSTREAM_EXPORT DirectRange {
- public:
-  // Null with the reason in *why (the lane then reads the usual way) unless:
-  // a local file, uncompressed, with a version 2 index that is not stale
-  // (the shard's size) and lists at least `end` samples.
-  static std::unique_ptr<DirectRange> Open(const std::string& url, const std::string& field,
-                                           DType dtype, int64_t first, int64_t end,
-                                           std::string* why);
-  // The records of the samples from next() on, as many as fit in
-  // `max_bytes`; null once none are left or none can be read directly.
-  // Each sample needs `field` as a 1-D .npy array of `dtype` with headers
-  // of at most 4 KiB: a chunk ends before one that has not, and from then
-  // on *why says why and next() is that sample (read it, and the rest,
-  // the usual way).
-  std::shared_ptr<const DirectShard> Next(uint64_t max_bytes,
-                                          const std::shared_ptr<DirectRecycler>& recycler,
-                                          std::string* why);
-  int64_t next() const { return next_; }
-  int64_t end() const { return end_; }
-
- private:
-  DirectRange() = default;
-  // Lets the mapped pages before byte `upto` go.
-  void Release(size_t upto);
-  struct Mapping {
-    void* data = nullptr;
-    size_t size = 0;
-    ~Mapping();
-  };
-  Mapping map_;
-  IndexWalker walk_;
-  size_t released_ = 0;  // mapped bytes let go
-  std::shared_ptr<const void> file_;
-  int fd_ = -1;
-  std::string url_, field_;
-  DType dtype_ = DType::kInt32;
-  int64_t next_ = 0, end_ = 0;
-  std::string why_;  // why the samples from next_ on cannot be read directly
 };
 
 // A document placed by index: the chunk of its shard's records, and its
@@ -195,4 +156,4 @@ class DirectReads {
 
 }  // namespace shardstream::internal
 
-#endif  // SHARDSTREAM_PIPELINE_DIRECT_READS_H_
+#endif  // SHARDSTREAM_TAR_DIRECT_READS_H_

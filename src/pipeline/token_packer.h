@@ -1,122 +1,26 @@
-// Batch assembly: SampleBatcher stacks the decoded fields of `batch_size`
-// samples into a pool slot; TokenPacker packs or pads token documents into
-// [batch_size, seq_len]. Both hand finished batches to an emit callback
-// (which may block: backpressure) and take slots from a BufferPool they
-// create on first use, sized from the layout.
+// TokenPacker: packs or pads token documents into [batch_size, seq_len]
+// batches in the slots of its SlotSource, with per-token metadata (doc_ids
+// and positions, or mask and positions) where asked, and documents placed
+// by index and read straight from their shards (direct reads).
 //
-// Thread-safety: each object is used by one thread (the assembler), but for
-// TokenPacker::RunPending (any thread).
-#ifndef SHARDSTREAM_PIPELINE_BATCHER_H_
-#define SHARDSTREAM_PIPELINE_BATCHER_H_
+// Thread-safety: used by one thread (the assembler), but for RunPending
+// (any thread).
+#ifndef SHARDSTREAM_PIPELINE_TOKEN_PACKER_H_
+#define SHARDSTREAM_PIPELINE_TOKEN_PACKER_H_
 
-#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
-#include <memory>
 #include <mutex>
-#include <string>
 #include <vector>
 
-#include "pipeline/batch_layout.h"
-#include "pipeline/direct_reads.h"
+#include "tar/direct_reads.h"
+#include "pipeline/row_input.h"
+#include "pipeline/slot_source.h"
 #include "shardstream/decode.h"
 #include "shardstream/options.h"
-#include "shardstream/pinned_pool.h"
 
 namespace shardstream::internal {
-
-using EmitFn = std::function<Status(Batch&&)>;
-
-// One field of an input sample, found by the caller; data.data() == nullptr
-// when the sample lacks it.
-struct FieldRef {
-  std::string_view data;
-  uint64_t offset = 0;
-  bool present = false;
-};
-
-struct RowInput {
-  SampleId id;
-  std::string_view key;
-  std::string_view url;
-  uint64_t offset = 0;               // of the sample in the shard
-  const FieldRef* fields = nullptr;  // one per FieldSpec, in order
-};
-
-struct PoolConfig {
-  size_t slots = 4;
-  std::shared_ptr<HostAllocator> allocator;  // null: DefaultHostAllocator()
-  size_t arena_bytes = size_t{1} << 20;
-  // Adds the time spent waiting for a free slot, if set.
-  std::atomic<uint64_t>* wait_ns = nullptr;
-  // A pool kept across runs (the Loader's epochs), if set: reused when its
-  // slot size, count and memory kind fit, so slots are not allocated and
-  // pinned again every epoch.
-  std::shared_ptr<BufferPool>* keep = nullptr;
-};
-
-// Holds the pool and the writer shared by both batchers.
-class SHARDSTREAM_EXPORT SlotSource {
- public:
-  SlotSource(PoolConfig config, EmitFn emit) : config_(std::move(config)), emit_(std::move(emit)) {}
-  Status Init(std::shared_ptr<const BatchLayout> layout);
-  bool ready() const { return writer_ != nullptr; }
-  BatchWriter& writer() { return *writer_; }
-  // Starts a batch if none is in progress (may block for a free slot).
-  Status EnsureBatch();
-  Status EmitBatch();
-  // EmitBatch in two steps, so the batch can be completed elsewhere before
-  // it is emitted. Emit is safe from any thread, once per batch, in order.
-  Batch FinishBatch() { return writer_->Finish(); }
-  Status Emit(Batch&& b) { return emit_(std::move(b)); }
-  // Whether EnsureBatch would get a slot without waiting (only the
-  // assembler takes slots, so the answer holds until it does).
-  bool HasFreeSlot() const {
-    BufferPool* p = pool();
-    return p == nullptr || p->stats().in_use < p->slots();
-  }
-  void set_epoch(int64_t epoch, std::shared_ptr<const std::vector<std::string>> urls) {
-    epoch_ = epoch;
-    urls_ = std::move(urls);
-    next_index_ = 0;
-  }
-  void set_next_index(int64_t i) { next_index_ = i; }
-  // Safe from any thread (null until the first batch).
-  BufferPool* pool() const { return pool_ptr_.load(std::memory_order_acquire); }
-  size_t arena_bytes() const { return config_.arena_bytes; }
-  void Cancel() {
-    if (BufferPool* p = pool()) p->Cancel();
-  }
-
- private:
-  PoolConfig config_;
-  EmitFn emit_;
-  std::shared_ptr<BufferPool> pool_;
-  std::atomic<BufferPool*> pool_ptr_{nullptr};
-  std::unique_ptr<BatchWriter> writer_;
-  std::shared_ptr<const std::vector<std::string>> urls_;
-  int64_t epoch_ = 0;
-  int64_t next_index_ = 0;
-};
-
-class SHARDSTREAM_EXPORT SampleBatcher {
- public:
-  SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, PoolConfig pool, EmitFn emit);
-  SlotSource& slots() { return slots_; }
-  const SlotSource& slots() const { return slots_; }
-  // Decodes row's fields into the batch in progress; emits it when full.
-  Status Add(const RowInput& row);
-  // Emits the partial batch, if any, or drops it (drop_last).
-  Status Flush(bool drop = false);
-
- private:
-  Status InitLayout(const std::vector<DecodedField>& decoded);
-
-  std::vector<FieldSpec> fields_;
-  int64_t batch_size_;
-  SlotSource slots_;
-  std::vector<DecodedField> decoded_;  // reused
-};
 
 class SHARDSTREAM_EXPORT TokenPacker {
  public:
@@ -240,4 +144,4 @@ class SHARDSTREAM_EXPORT TokenPacker {
 
 }  // namespace shardstream::internal
 
-#endif  // SHARDSTREAM_PIPELINE_BATCHER_H_
+#endif  // SHARDSTREAM_PIPELINE_TOKEN_PACKER_H_

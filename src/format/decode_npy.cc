@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "pipeline/decode_error.h"
+#include "format/decode_error.h"
 #include "shardstream/decode.h"
 
 namespace shardstream {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -13,10 +14,14 @@
 #include <tuple>
 #include <vector>
 
-#include "pipeline/batcher.h"
-#include "pipeline/direct_reads.h"
+#include "pipeline/token_packer.h"
+#include "tar/direct_range.h"
+#include "tar/direct_reads.h"
 #include "shardstream/loader.h"
 #include "shardstream/shard_index.h"
+#include "shardstream/shard_cache.h"
+#include "support/cache_fault_source.h"
+#include "support/fault_source.h"
 #include "support/loader_fixture.h"
 #include "support/test_util.h"
 
@@ -83,19 +88,59 @@ Epoch RunEpoch(LoaderOptions o, bool direct) {
   return Drain(l->get());
 }
 
+// A local shard's range opened for direct reads through `source` (the
+// local one by default), or null with the reason in *why.
+std::unique_ptr<internal::DirectRange> OpenRange(const std::string& url, const std::string& field,
+                                                 DType dtype, int64_t first, int64_t end,
+                                                 std::string* why,
+                                                 std::shared_ptr<Source> source = LocalSource()) {
+  auto index = source->OpenRandomAccess(IndexUrlFor(url));
+  if (!index.ok()) {
+    *why = index.status().ToString();
+    return nullptr;
+  }
+  auto shard = source->OpenRandomAccess(url);
+  if (!shard.ok()) {
+    *why = shard.status().ToString();
+    return nullptr;
+  }
+  auto range = internal::DirectRange::Open(url, std::move(*shard), std::move(*index), field, dtype,
+                                           first, end);
+  if (!range.ok()) {
+    *why = range.status().ToString();
+    return nullptr;
+  }
+  why->clear();
+  return std::move(*range);
+}
+
+// The range's next chunk, or null: at its end, or with the reason in *why.
+std::shared_ptr<const internal::DirectShard> NextChunk(
+    internal::DirectRange* range, uint64_t max_bytes,
+    const std::shared_ptr<internal::DirectRecycler>& recycler, std::string* why) {
+  auto c = range->Next(max_bytes, recycler);
+  if (!c.ok()) {
+    *why = c.status().ToString();
+    return nullptr;
+  }
+  return *c;
+}
+
 // A whole direct range as one chunk of at most `max_bytes`, or null with
 // the reason in *why.
 std::shared_ptr<const internal::DirectShard> OpenDirectShard(
     const std::string& url, const std::string& field, DType dtype, int64_t first, int64_t end,
     uint64_t max_bytes, const std::shared_ptr<internal::DirectRecycler>& recycler,
     std::string* why) {
-  auto range = internal::DirectRange::Open(url, field, dtype, first, end, why);
+  auto range = OpenRange(url, field, dtype, first, end, why);
   if (range == nullptr) return nullptr;
   if (range->next() == range->end()) return std::make_shared<internal::DirectShard>();
-  auto s = range->Next(max_bytes, recycler, why);
+  auto s = NextChunk(range.get(), max_bytes, recycler, why);
   if (s == nullptr) return nullptr;
   if (range->next() != range->end()) {
-    if (why->empty()) *why = "the range takes more than one chunk";
+    // Why the chunk ended early comes with the next call.
+    if (NextChunk(range.get(), max_bytes, recycler, why) != nullptr || why->empty())
+      *why = "the range takes more than one chunk";
     return nullptr;
   }
   return s;
@@ -356,13 +401,12 @@ TEST(DirectReadsTest, ALargeIndexIsWalkedInChunks) {
   EXPECT_TRUE(direct.batches == buffered.batches);
   // What one chunk holds, and that a range over several comes in order.
   std::string why;
-  auto range = internal::DirectRange::Open(d.shard_paths[0], "tokens.npy", DType::kInt32, 100,
-                                           6900, &why);
+  auto range = OpenRange(d.shard_paths[0], "tokens.npy", DType::kInt32, 100, 6900, &why);
   ASSERT_NE(range, nullptr) << why;
   auto index = ReadSampleIndex(d.shard_paths[0]);
   ASSERT_TRUE(index.ok());
   int64_t next = 100, chunks = 0;
-  while (auto c = range->Next(128 << 10, nullptr, &why)) {
+  while (auto c = NextChunk(range.get(), 128 << 10, nullptr, &why)) {
     ++chunks;
     EXPECT_EQ(c->first, next);
     EXPECT_LE(c->docs.size() * sizeof(internal::DirectShard::Doc), size_t{64} << 10);
@@ -574,6 +618,179 @@ TEST(DirectReadsTest, AShardCutShortAfterOpeningFailsNamingIt) {
   EXPECT_NE(rest.error.message().find(d.shard_paths[0]), std::string::npos) << rest.error;
   EXPECT_NE(rest.error.message().find("ends at byte 20000"), std::string::npos) << rest.error;
   EXPECT_EQ(rest.error.offset(), 20000);
+}
+
+
+// Every byte of a direct read goes through the loader's source: a
+// fault-injecting one sees the reads, and its faults reach the fast path.
+TEST(DirectReadsTest, ReadsGoThroughTheLoadersSource) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 2, 60);
+  auto faults = std::make_shared<testing::FaultSource>(LocalSource());
+  LoaderOptions o = TokenOptions(d.manifest);
+  o.source = faults.get();
+  Epoch through = RunEpoch(o, true), plain = RunEpoch(TokenOptions(d.manifest), true);
+  ASSERT_TRUE(through.error.ok()) << through.error;
+  EXPECT_EQ(through.direct, 120u);
+  EXPECT_TRUE(through.batches == plain.batches);
+  EXPECT_GT(faults->reads(), 2);  // the indexes' and the shards' reads
+}
+
+// A fault in the middle of a range, once the shard is open and its index
+// read: the loader fails naming the shard and the byte offset, and every
+// batch before is whole.
+TEST(DirectReadsTest, FaultsOfTheSourceMidRangeFailNamingTheShard) {
+  enum Fault { kEio, kCut, kCorrupt };
+  for (Fault fault : {kEio, kCut, kCorrupt}) {
+    TempDir dir;
+    auto d = Tokens(dir.path(), 1, 200);
+    auto index = ReadSampleIndex(d.shard_paths[0]);
+    ASSERT_TRUE(index.ok()) << index.status();
+    const SampleIndexEntry& e = index->samples[150];
+    const uint64_t header = index->fields[e.first_field].offset - 512;  // sample 150's
+    auto faults = std::make_shared<testing::FaultSource>(LocalSource());
+    LoaderOptions o = TokenOptions(d.manifest);
+    o.source = faults.get();
+    o.open_shards = 1;
+    o.reader_threads = 1;
+    auto l = *Loader::Create(o);
+    auto first = l->next();  // the shard is open, its index read
+    ASSERT_TRUE(first.ok()) << first.status();
+    const int64_t before = faults->reads();
+    if (fault == kEio) faults->FailNthErrno(testing::FaultSource::Op::kRead, 1, EIO, true);
+    if (fault == kCut) faults->TruncateReads(20000, ".tar");
+    if (fault == kCorrupt) faults->CorruptReadByte(static_cast<int64_t>(header), ".tar");
+    Epoch rest = Drain(l.get());
+    ASSERT_FALSE(rest.error.ok()) << fault;
+    EXPECT_GT(faults->reads(), before) << fault;
+    EXPECT_NE(rest.error.message().find(d.shard_paths[0]), std::string::npos) << rest.error;
+    if (fault == kEio) {
+      EXPECT_EQ(rest.error.code(), StatusCode::kIo) << rest.error;
+      EXPECT_NE(rest.error.message().find("reading shard"), std::string::npos) << rest.error;
+      EXPECT_GT(rest.error.offset(), 0) << rest.error;
+    } else if (fault == kCut) {
+      EXPECT_EQ(rest.error.code(), StatusCode::kCorrupt) << rest.error;
+      EXPECT_NE(rest.error.message().find("ends at byte 20000"), std::string::npos) << rest.error;
+      EXPECT_EQ(rest.error.offset(), 20000);
+    } else {
+      EXPECT_EQ(rest.error.code(), StatusCode::kCorrupt) << rest.error;
+      EXPECT_NE(rest.error.message().find("bad checksum"), std::string::npos) << rest.error;
+      EXPECT_EQ(rest.error.offset(), static_cast<int64_t>(header)) << rest.error;
+    }
+    // The batches before the fault are those of a clean run.
+    TempDir copy;
+    auto c = Tokens(copy.path(), 1, 200);
+    Epoch clean = RunEpoch(TokenOptions(c.manifest), true);
+    ASSERT_LE(rest.batches.size() + 1, clean.batches.size());
+    for (size_t i = 0; i < rest.batches.size(); ++i)
+      EXPECT_TRUE(rest.batches[i] == clean.batches[i + 1]) << fault << ", batch " << i + 1;
+  }
+}
+
+// A damaged or unreadable index (read through the source) leaves the range
+// to the usual way: the same batches, none read directly.
+TEST(DirectReadsTest, AnIndexTheSourceCannotReadLeavesTheRangeToReadBuffers) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 1, 60);
+  for (bool cut : {false, true}) {
+    auto faults = std::make_shared<testing::FaultSource>(LocalSource());
+    if (cut) {
+      faults->TruncateReads(100, ".idx");
+    } else {
+      faults->CorruptReadByte(40, ".idx");
+    }
+    LoaderOptions o = TokenOptions(d.manifest);
+    o.source = faults.get();
+    Epoch got = RunEpoch(o, true), buffered = RunEpoch(TokenOptions(d.manifest), false);
+    ASSERT_TRUE(got.error.ok()) << got.error;
+    EXPECT_EQ(got.direct, 0u) << cut;
+    EXPECT_TRUE(got.batches == buffered.batches) << cut;
+  }
+}
+
+}  // namespace
+}  // namespace shardstream
+
+namespace shardstream {
+namespace {
+
+// Shards read through the shard cache: the first epoch streams them in (no
+// direct reads while a shard downloads); from the second on a complete
+// entry is read directly, its index fetched into the cache beside it once;
+// from the third the source is not asked for anything. The batches are
+// those of a loader without a cache.
+TEST(DirectReadsCacheTest, CompleteCacheEntriesAreReadDirectly) {
+  TempDir data, cache_dir, tmp;
+  auto d = Tokens(data.path(), 3, 60);
+  auto knobs = std::make_shared<testing::CacheFaultKnobs>();
+  knobs->fetch_log = tmp.Join("fetches");
+  ShardCacheOptions co;
+  co.dir = cache_dir.path();
+  co.limit_bytes = uint64_t{1} << 30;
+  co.sync_entries = false;
+  co.source = std::make_shared<testing::CacheFaultSource>(LocalSource(), knobs);
+  LoaderOptions o = TokenOptions(d.manifest);
+  const Epoch plain = RunEpoch(o, true);
+  o.cache = std::shared_ptr<ShardCache>(std::move(*ShardCache::Create(co)));
+  auto l = *Loader::Create(o);
+  Epoch first = Drain(l.get());
+  ASSERT_TRUE(first.error.ok()) << first.error;
+  EXPECT_TRUE(first.batches == plain.batches);
+  o.cache->WaitIdle();
+  uint64_t direct_before = first.direct;
+  size_t fetched = 0;
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    ASSERT_TRUE(l->set_epoch(0).ok());
+    Epoch again = Drain(l.get());
+    ASSERT_TRUE(again.error.ok()) << again.error;
+    EXPECT_TRUE(again.batches == plain.batches) << epoch;
+    EXPECT_EQ(again.direct - direct_before, 180u) << epoch;  // every document directly
+    direct_before = again.direct;
+    auto fetches = testing::CountFetches(knobs->fetch_log);
+    for (const std::string& shard : d.shard_paths) {
+      EXPECT_EQ(fetches[shard], 1) << shard;  // downloaded once, in the first epoch
+      EXPECT_EQ(fetches[IndexUrlFor(shard)], 1) << shard;  // once, in the second
+    }
+    size_t total = 0;
+    for (const auto& [url, n] : fetches) total += static_cast<size_t>(n);
+    if (epoch == 2) EXPECT_EQ(total, fetched);  // nothing asked of the source
+    fetched = total;
+  }
+  LoaderStats s = l->stats();
+  EXPECT_GT(s.read_bytes["cache"], 0u);
+  EXPECT_EQ(s.read_bytes.count("file"), 0u);
+}
+
+// A source without sample indexes: the cached shards are read the usual
+// way, and the missing index is asked for once, not every epoch.
+TEST(DirectReadsCacheTest, AMissingIndexIsAskedForOnce) {
+  TempDir data, cache_dir, tmp;
+  auto d = Tokens(data.path(), 2, 40);
+  for (const std::string& shard : d.shard_paths) ASSERT_EQ(std::remove(IndexUrlFor(shard).c_str()), 0);
+  auto knobs = std::make_shared<testing::CacheFaultKnobs>();
+  knobs->fetch_log = tmp.Join("fetches");
+  ShardCacheOptions co;
+  co.dir = cache_dir.path();
+  co.limit_bytes = uint64_t{1} << 30;
+  co.sync_entries = false;
+  co.source = std::make_shared<testing::CacheFaultSource>(LocalSource(), knobs);
+  LoaderOptions o = TokenOptions(d.manifest);
+  const Epoch plain = RunEpoch(o, true);
+  o.cache = std::shared_ptr<ShardCache>(std::move(*ShardCache::Create(co)));
+  auto l = *Loader::Create(o);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    if (epoch > 0) ASSERT_TRUE(l->set_epoch(0).ok());
+    Epoch e = Drain(l.get());
+    ASSERT_TRUE(e.error.ok()) << e.error;
+    EXPECT_TRUE(e.batches == plain.batches) << epoch;
+    EXPECT_EQ(e.direct, 0u) << epoch;
+    o.cache->WaitIdle();
+  }
+  auto fetches = testing::CountFetches(knobs->fetch_log);
+  for (const std::string& shard : d.shard_paths) {
+    EXPECT_EQ(fetches[shard], 1) << shard;
+    EXPECT_LE(fetches[IndexUrlFor(shard)], 1) << shard;
+  }
 }
 
 }  // namespace

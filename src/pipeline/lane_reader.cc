@@ -1,0 +1,254 @@
+#include "pipeline/lane_reader.h"
+
+#include <utility>
+
+#include "common/log.h"
+#include "shardstream/shard_index.h"
+#include "shardstream/url.h"
+
+namespace shardstream::internal {
+namespace {
+
+// Lends a stream to a TarReader while the lane keeps a reference to cancel it.
+class SharedStream final : public InputStream {
+ public:
+  explicit SharedStream(std::shared_ptr<CachedShard> s) : s_(std::move(s)) {}
+  const std::string& url() const override { return s_->url(); }
+  Result<size_t> Read(size_t n, void* out) override { return s_->Read(n, out); }
+  uint64_t position() const override { return s_->position(); }
+  std::optional<uint64_t> size() const override { return s_->size(); }
+
+ private:
+  std::shared_ptr<CachedShard> s_;
+};
+
+bool IsLocal(const std::string& url) {
+  const std::string scheme = UrlScheme(url);
+  return scheme.empty() || scheme == "file";
+}
+
+ByteSource SourceOf(const std::string& url, bool cache) {
+  if (cache) return ByteSource::kCache;
+  const std::string scheme = UrlScheme(url);
+  if (scheme.empty() || scheme == "file") return ByteSource::kFile;
+  if (scheme == "http" || scheme == "https") return ByteSource::kHttp;
+  if (scheme == "s3") return ByteSource::kS3;
+  return ByteSource::kOther;
+}
+
+}  // namespace
+
+LaneReader::LaneReader(const std::vector<LaneRange>* ranges, std::vector<size_t> mine,
+                       const LaneConfig* config, LaneCounters* counters)
+    : all_(ranges), mine_(std::move(mine)), config_(config), counters_(counters) {
+  // Decided once: no string work per sample.
+  for (size_t j : mine_) sources_.push_back(SourceOf((*all_)[j].ref.url, config_->cache != nullptr));
+}
+
+LaneReader::~LaneReader() { Close(); }
+
+void LaneReader::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (cached_ != nullptr) cached_->Cancel();  // a read blocked on a download
+}
+
+void LaneReader::FlushCount() {
+  // Close() flushes at the end of each range, so what is left belongs to
+  // the range being read.
+  if (unpublished_bytes_ == 0 || next_range_ >= mine_.size()) return;
+  counters_->AddBytes(sources_[next_range_], unpublished_bytes_);
+  unpublished_bytes_ = 0;
+}
+
+void LaneReader::Close() {
+  FlushCount();
+  direct_.reset();
+  if (!reader_) return;
+  const TarStats& st = reader_->stats();
+  counters_->skipped_samples += st.skipped_samples;
+  counters_->skipped_shards += st.skipped_shards;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cached_ = nullptr;
+  }
+  reader_.reset();
+}
+
+Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) {
+  if (config_->cache != nullptr) {
+    // A complete entry only: a shard still to download streams through the
+    // usual way (its bytes are read as they arrive). Its index is fetched
+    // into the cache beside it (once: a small file), or, where the source
+    // has none, not asked for again.
+    const std::string index_url = IndexUrlFor(r.ref.url);
+    MissingIndexes* missing = config_->missing_indexes.get();
+    if (missing != nullptr && missing->Has(index_url))
+      return Status::NotFound("no sample index " + RedactUrl(index_url));
+    SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
+                                 config_->cache->OpenIfCached(r.ref));
+    auto index = config_->cache->OpenRandomAccess(ShardRef(index_url));
+    if (!index.ok()) {
+      if (missing != nullptr && index.status().code() == StatusCode::kNotFound)
+        missing->Add(index_url);
+      return index.status();
+    }
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto range, DirectRange::Open(r.ref.url, std::move(shard),
+                                                               std::move(*index),
+                                                               config_->direct_field,
+                                                               config_->direct_dtype, r.first,
+                                                               r.end));
+    ++counters_->cache_opens;
+    ++counters_->cache_hits;
+    return range;
+  }
+  if (!IsLocal(r.ref.url)) return Status::Config("not a local file");
+  Source& source = config_->tar.source != nullptr ? *config_->tar.source : *DefaultSource();
+  SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> index,
+                               source.OpenRandomAccess(IndexUrlFor(r.ref.url)));
+  SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
+                               source.OpenRandomAccess(r.ref.url));
+  return DirectRange::Open(r.ref.url, std::move(shard), std::move(index), config_->direct_field,
+                           config_->direct_dtype, r.first, r.end);
+}
+
+Status LaneReader::OpenRange(const LaneRange& r, LaneItem* scratch) {
+  read_ = 0;
+  if (config_->direct) {
+    auto direct = OpenDirect(r);
+    if (direct.ok()) {
+      direct_ = std::move(*direct);
+      return Status::OK();
+    }
+    Log().debug("reading {} through read buffers, not directly: {}", RedactUrl(r.ref.url),
+                direct.status().ToString());
+  }
+  return OpenReader(r, r.first, scratch);
+}
+
+Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch) {
+  int64_t skip = at;
+  if (config_->cache != nullptr) {
+    // Tell the cache what comes after this range, so it downloads ahead
+    // (ranges are opened roughly in plan order across the lanes).
+    std::vector<ShardRef> upcoming;
+    const size_t here = static_cast<size_t>(&r - all_->data());
+    for (size_t j = here + 1; j < all_->size() && upcoming.size() < 16; ++j)
+      upcoming.push_back((*all_)[j].ref);
+    config_->cache->Prefetch(upcoming);
+    auto stream = config_->cache->Open(r.ref);
+    if (!stream.ok()) return stream.status();
+    ++counters_->cache_opens;
+    if ((*stream)->hit()) ++counters_->cache_hits;
+    std::shared_ptr<CachedShard> shared(std::move(*stream));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cached_ = shared;
+      if (cancelled_) shared->Cancel();  // Cancel() ran before the lane knew the stream
+    }
+    SHARDSTREAM_ASSIGN_OR_RETURN(
+        reader_, TarReader::Open(std::make_unique<SharedStream>(std::move(shared)), config_->tar));
+  } else if (at > 0) {
+    auto opened = TarReader::OpenAt(r.ref.url, at, nullptr, config_->tar);
+    if (opened.ok()) {
+      reader_ = std::move(*opened);
+      skip = 0;
+    } else if (opened.status().code() == StatusCode::kNotFound ||
+               opened.status().code() == StatusCode::kCorrupt) {
+      // No (or a stale) sidecar index: read from the start and skip.
+      SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(r.ref.url, config_->tar));
+    } else {
+      return opened.status();
+    }
+  } else {
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(r.ref.url, config_->tar));
+  }
+  for (int64_t i = 0; i < skip; ++i) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(bool more, reader_->Next(&scratch->sample));
+    if (!more) break;
+  }
+  return Status::OK();
+}
+
+bool LaneReader::Produce(LaneItem* item) {
+  item->status = Status::OK();
+  item->bytes = 0;
+  const LaneRange& r = (*all_)[mine_[next_range_]];
+  auto finish_range = [&] {
+    Close();
+    item->kind = LaneItem::kEnd;
+    return ++next_range_ == mine_.size();
+  };
+  auto fail = [&](Status s) {
+    Close();
+    item->kind = LaneItem::kError;
+    item->status = std::move(s);
+    return true;
+  };
+  if (!reader_ && !direct_) {
+    Status s = OpenRange(r, item);
+    if (!s.ok()) {
+      if (config_->tar.policy == ErrorPolicy::kSkipShard ||
+          config_->tar.policy == ErrorPolicy::kSkipSample) {
+        if (s.code() == StatusCode::kCorrupt || s.code() == StatusCode::kChecksum) {
+          ++counters_->skipped_shards;
+          return finish_range();
+        }
+      }
+      return fail(s.WithContext("opening shard", RedactUrl(r.ref.url)));
+    }
+  }
+  if (r.end >= 0 && read_ == r.end - r.first) return finish_range();
+  if (direct_) {
+    // A chunk of the range's records in one item: the consumer takes its
+    // documents straight from them (no ring slot, no item per document).
+    // The scheduler holds at most ShardLanes::kDirectAhead chunks the
+    // consumer has not finished: the one it reads and the next. Each holds
+    // at most a quarter of the ring's bytes.
+    DirectRange& d = *direct_;
+    if (d.next() == d.end()) return finish_range();
+    auto chunk = d.Next(config_->ring_bytes / 4, config_->direct_recycler);
+    if (chunk.ok() && *chunk != nullptr) {
+      read_ = d.next() - r.first;
+      item->kind = LaneItem::kDirect;
+      item->shard = r.shard;
+      item->direct.shard = std::move(*chunk);
+      item->direct.sample = item->direct.shard->first;
+      item->bytes = item->direct.shard->memory();
+      item->source = sources_[next_range_];
+      return false;
+    }
+    if (chunk.ok()) return finish_range();
+    // The rest of the range the usual way, from the sample that ended it.
+    const int64_t at = d.next();
+    Log().debug("reading {} through read buffers from sample {} on: {}", RedactUrl(r.ref.url), at,
+                chunk.status().ToString());
+    direct_.reset();
+    Status s = OpenReader(r, at, item);
+    if (!s.ok()) return fail(s.WithContext("opening shard", RedactUrl(r.ref.url)));
+    read_ = at - r.first;
+    if (r.end >= 0 && read_ == r.end - r.first) return finish_range();
+  }
+  item->direct.shard.reset();
+  auto more = reader_->Next(&item->sample);
+  if (!more.ok()) return fail(more.status());
+  if (!*more) {
+    if (r.end >= 0 && config_->tar.policy == ErrorPolicy::kRaise) {
+      return fail(Status(StatusCode::kCorrupt,
+                         "shard " + RedactUrl(r.ref.url) + " ended after " +
+                             std::to_string(r.first + read_) + " samples; the manifest says " +
+                             std::to_string(r.end),
+                         RedactUrl(r.ref.url)));
+    }
+    return finish_range();
+  }
+  ++read_;
+  item->kind = LaneItem::kSample;
+  item->shard = r.shard;
+  item->bytes = item->sample.bytes();
+  unpublished_bytes_ += item->bytes;
+  if (config_->prepare) config_->prepare(item);
+  return false;
+}
+
+}  // namespace shardstream::internal

@@ -1,0 +1,196 @@
+// LaneReader: one lane's reader of shards. It reads the lane's ranges one
+// after another and turns each into ring items: samples through a
+// TarReader (from the shard cache when there is one, else from the source),
+// or, for token documents of an uncompressed shard with a version 2 index
+// that is a local file or a complete cache entry, chunks of documents
+// placed by index (DirectRange, read later by the batch's direct reads). A range that cannot be read directly, or
+// stops being readable so part way, goes on the usual way from there.
+// Bytes are counted by where they come from (ByteSource).
+//
+// Thread-safety: Produce/FlushCount/Close by one thread at a time (the
+// worker that holds the lane, handed over under the scheduler's lock);
+// Cancel() from any thread.
+#ifndef SHARDSTREAM_PIPELINE_LANE_READER_H_
+#define SHARDSTREAM_PIPELINE_LANE_READER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shardstream/decode.h"
+#include "shardstream/export.h"
+#include "shardstream/shard_cache.h"
+#include "shardstream/tar_reader.h"
+#include "tar/direct_range.h"
+#include "tar/direct_reads.h"
+
+namespace shardstream::internal {
+
+// Where a range's bytes come from (decided once per range, from its url and
+// whether a cache is in use), for the byte counters.
+enum class ByteSource : uint8_t { kCache, kFile, kHttp, kS3, kOther };
+
+struct LaneRange {
+  int64_t shard = 0;   // manifest index
+  int64_t first = 0;
+  int64_t end = 0;     // -1: the whole shard
+  ShardRef ref;        // resolved url, size, checksum
+};
+
+struct LaneItem {
+  // kDirect: a chunk of a range read directly, its documents taken
+  // straight from `direct` (the chunk's records, and its first sample) by
+  // the consumer.
+  enum Kind { kSample, kEnd, kError, kDirect };
+  Kind kind = kSample;
+  int64_t shard = -1;  // manifest index of the sample's shard
+  uint64_t bytes = 0;  // the sample's field bytes (what it holds in memory)
+  Sample sample;
+  Status status;
+  // Set by LaneConfig::prepare in the worker that read it: a field decoded ahead
+  // (a view into `sample`), or why it could not be.
+  size_t decoded_field = 0;  // index in sample.fields
+  DecodedField decoded;
+  Status decode_status;
+  // kDirect: the chunk and its first sample (direct_reads.h), and where
+  // its bytes come from.
+  DirectDoc direct;
+  ByteSource source = ByteSource::kFile;
+  // Member-wise (the shuffle buffer and the rings swap items).
+  friend void swap(LaneItem& a, LaneItem& b) noexcept {
+    using std::swap;
+    swap(a.kind, b.kind);
+    swap(a.shard, b.shard);
+    swap(a.bytes, b.bytes);
+    swap(a.sample, b.sample);
+    swap(a.status, b.status);
+    swap(a.decoded_field, b.decoded_field);
+    swap(a.decoded, b.decoded);
+    swap(a.decode_status, b.decode_status);
+    a.direct.shard.swap(b.direct.shard);
+    swap(a.direct.sample, b.direct.sample);
+    swap(a.source, b.source);
+  }
+};
+
+// Shards read through the cache whose sample index could not be had: not
+// asked for again (kept across a loader's epochs). Any thread.
+class MissingIndexes {
+ public:
+  bool Has(const std::string& url) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return urls_.count(url) > 0;
+  }
+  void Add(const std::string& url) {
+    std::lock_guard<std::mutex> lock(mu_);
+    urls_.insert(url);
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> urls_;  // guarded by mu_
+};
+
+struct LaneConfig {
+  TarReaderOptions tar;
+  ShardCache* cache = nullptr;
+  size_t ring = 256;
+  // A lane stops reading ahead at `ring` samples or at this many bytes of
+  // samples, whichever comes first (large samples would otherwise keep
+  // ring x their size in memory).
+  uint64_t ring_bytes = uint64_t{4} << 20;
+  int lanes = 4;
+  int threads = 2;  // workers
+  // Per-sample work moved off the consumer: run by the worker that read the
+  // sample, before it is published (pure: it may read the sample and fill
+  // the item's decoded fields, nothing else).
+  std::function<void(LaneItem*)> prepare;
+  // The consumer step (required), run by one worker at a time: takes items
+  // with TryPop() and returns the lane it found empty (it is called again
+  // once that lane has an item), or -1 when it is done for good; the
+  // workers then leave.
+  std::function<int()> consume;
+  // Optional work any idle worker may do after PostSide() (the consumer's
+  // batches to complete): runs it if there is some, returning whether it did.
+  // Comes before filling lanes; may run while a worker holds the consumer.
+  std::function<bool()> side;
+  // Token documents: read directly (no bytes in the ring; see
+  // direct_reads.h) where a range allows it, else the usual way: local
+  // files (through tar.source, if set), and with a cache, shards whose
+  // entry is complete (their index is fetched into the cache beside them).
+  bool direct = false;
+  std::string direct_field;
+  DType direct_dtype = DType::kInt32;
+  std::shared_ptr<DirectRecycler> direct_recycler;  // optional
+  std::shared_ptr<MissingIndexes> missing_indexes;  // optional
+};
+
+struct LaneCounters {
+  std::atomic<uint64_t> bytes_file{0}, bytes_http{0}, bytes_s3{0}, bytes_other{0};
+  std::atomic<uint64_t> bytes_cache{0};
+  void AddBytes(ByteSource from, uint64_t n) {
+    switch (from) {
+      case ByteSource::kCache: bytes_cache += n; break;
+      case ByteSource::kFile: bytes_file += n; break;
+      case ByteSource::kHttp: bytes_http += n; break;
+      case ByteSource::kS3: bytes_s3 += n; break;
+      case ByteSource::kOther: bytes_other += n; break;
+    }
+  }
+  std::atomic<uint64_t> cache_hits{0}, cache_opens{0};
+  std::atomic<uint64_t> skipped_samples{0}, skipped_shards{0};
+  std::atomic<uint64_t> direct_samples{0};
+  std::atomic<uint64_t> consumer_wait_ns{0};  // the consumer waited for an empty lane
+};
+
+class SHARDSTREAM_EXPORT LaneReader {
+ public:
+  // `ranges`: every range of the run (the cache is told which come next);
+  // `mine`: this lane's, as indices into them, in the order it reads them.
+  LaneReader(const std::vector<LaneRange>* ranges, std::vector<size_t> mine,
+             const LaneConfig* config, LaneCounters* counters);
+  ~LaneReader();
+  const std::vector<size_t>& ranges() const { return mine_; }
+  // Fills `item` with the lane's next item: a sample, a chunk of direct
+  // documents, the end of a range or an error. Returns true when the lane
+  // has nothing more to produce (after its last range's end, or an error).
+  bool Produce(LaneItem* item);
+  // Counts the bytes read since the last call (once per burst: an atomic add
+  // per sample is a cache line bouncing between the workers).
+  void FlushCount();
+  // Closes the range being read, if any (a lane left mid-range).
+  void Close();
+  // Makes a read blocked on a download, now or later, return kCancelled.
+  void Cancel();
+
+ private:
+  Status OpenRange(const LaneRange& r, LaneItem* scratch);
+  Result<std::unique_ptr<DirectRange>> OpenDirect(const LaneRange& r);
+  // A tar reader for the range from sample `at` on.
+  Status OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch);
+
+  const std::vector<LaneRange>* all_;
+  std::vector<size_t> mine_;
+  const LaneConfig* config_;
+  LaneCounters* counters_;
+  std::vector<ByteSource> sources_;  // of mine_, by position
+  size_t next_range_ = 0;
+  int64_t read_ = 0;
+  uint64_t unpublished_bytes_ = 0;  // read since the last FlushCount
+  std::unique_ptr<TarReader> reader_;
+  std::unique_ptr<DirectRange> direct_;  // instead of reader_
+  // Shared with the reader's stream so Cancel() can reach a read blocked
+  // in TarReader::Open as safely as one blocked later.
+  std::mutex mu_;
+  std::shared_ptr<CachedShard> cached_;  // guarded by mu_
+  bool cancelled_ = false;               // guarded by mu_
+};
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_LANE_READER_H_

@@ -1,0 +1,40 @@
+// SampleBatcher: stacks the decoded fields of `batch_size` samples into a
+// slot of its SlotSource (fixed shapes stacked, ragged fields in the slot's
+// arena) and emits each batch when full.
+//
+// Thread-safety: used by one thread (the assembler).
+#ifndef SHARDSTREAM_PIPELINE_SAMPLE_BATCHER_H_
+#define SHARDSTREAM_PIPELINE_SAMPLE_BATCHER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "pipeline/row_input.h"
+#include "pipeline/slot_source.h"
+#include "shardstream/decode.h"
+#include "shardstream/options.h"
+
+namespace shardstream::internal {
+
+class SHARDSTREAM_EXPORT SampleBatcher {
+ public:
+  SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, PoolConfig pool, EmitFn emit);
+  SlotSource& slots() { return slots_; }
+  const SlotSource& slots() const { return slots_; }
+  // Decodes row's fields into the batch in progress; emits it when full.
+  Status Add(const RowInput& row);
+  // Emits the partial batch, if any, or drops it (drop_last).
+  Status Flush(bool drop = false);
+
+ private:
+  Status InitLayout(const std::vector<DecodedField>& decoded);
+
+  std::vector<FieldSpec> fields_;
+  int64_t batch_size_;
+  SlotSource slots_;
+  std::vector<DecodedField> decoded_;  // reused
+};
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_SAMPLE_BATCHER_H_
