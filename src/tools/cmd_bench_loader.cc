@@ -25,6 +25,7 @@
 #include "pipeline/fill_seq.h"
 #include "shardstream/decode.h"
 #include "shardstream/loader.h"
+#include "shardstream/shard_cache.h"
 #include "shardstream/shard_writer.h"
 #include "shardstream/tar_reader.h"
 #include "tools/bench_util.h"
@@ -49,6 +50,7 @@ struct Args {
   bool json = false;
   bool no_metadata = false, no_direct = false;
   bool loader_only = false;
+  std::string cache_dir;  // read through a shard cache here (filled first)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -329,11 +331,6 @@ int Run(const Args& a) {
   } else {
     for (const std::string& f : a.fields) o.fields.push_back(FieldSpec{f});
   }
-  auto loader = Loader::Create(o);
-  if (!loader.ok()) {
-    std::cerr << "bench-loader: " << loader.status() << "\n";
-    return 1;
-  }
   uint64_t file_bytes = 0;
   std::vector<std::string> urls;
   std::vector<int64_t> sizes;
@@ -341,6 +338,34 @@ int Run(const Args& a) {
     urls.push_back(e.resolved.empty() ? e.url : e.resolved);
     sizes.push_back(e.size);
     file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
+  }
+  if (!a.cache_dir.empty()) {
+    ShardCacheOptions co;
+    co.dir = a.cache_dir;
+    co.limit_bytes = std::max<uint64_t>(2 * file_bytes, uint64_t{1} << 30);
+    auto cache = ShardCache::Create(co);
+    if (!cache.ok()) {
+      std::cerr << "bench-loader: " << cache.status() << "\n";
+      return 1;
+    }
+    o.cache = std::shared_ptr<ShardCache>(std::move(*cache));
+  }
+  auto loader = Loader::Create(o);
+  if (!loader.ok()) {
+    std::cerr << "bench-loader: " << loader.status() << "\n";
+    return 1;
+  }
+  if (o.cache != nullptr) {
+    // An epoch fills the cache; the timed ones read its entries, and the
+    // plain read and the tar reader read the same entry files (the shards
+    // may be remote: the entries are their local copies).
+    while (true) {
+      auto b = (*loader)->next();
+      if (!b.ok()) { std::cerr << "bench-loader: " << b.status() << "\n"; return 1; }
+      if (b->empty()) break;
+    }
+    o.cache->WaitIdle();
+    for (std::string& u : urls) u = a.cache_dir + "/" + CacheKey(u) + ".shard";
   }
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s, round_trip_ns;
   double loader_total = 0;
@@ -426,6 +451,11 @@ int Run(const Args& a) {
        round_trip_ns.empty() ? 0 : *std::max_element(round_trip_ns.begin(), round_trip_ns.end())},
       {"peak_rss_bytes", PeakRssBytes()},
   };
+  if (o.cache != nullptr) {
+    j["cache_dir"] = a.cache_dir;
+    j["cache_hit_rate"] = st.cache_hit_rate;
+    j["read_bytes"] = st.read_bytes;
+  }
   const double reader_sps = reader > 0 ? static_cast<double>(reader_samples) / reader : 0;
   if (!a.loader_only) {
     j["plain_read_gb_per_s"] = plain_gbs;
@@ -493,6 +523,9 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_flag("--no-document-metadata", a->no_metadata, "Token batches without doc_ids/positions");
   sub->add_flag("--no-direct-reads", a->no_direct,
                 "Token batches: read through read buffers (two copies), not straight into the batch");
+  sub->add_option("--cache-dir", a->cache_dir,
+                  "Read through a shard cache in this directory (an epoch fills it first; the "
+                  "plain read and the tar reader then read its entry files)");
   sub->add_flag("--loader-only", a->loader_only,
                 "Time only the loader (for profiling; no plain read, no ratios)");
   sub->callback([a] { ExitWith(Run(*a)); });
