@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suite (ctest) and the Python suite (pytest).
 #   scripts/test.sh             normal build in build/
-#   scripts/test.sh --sanitize  also the ASan+UBSan and the TSan builds of the C++ suite
+#   scripts/test.sh --sanitize  also the ASan+UBSan and the TSan builds of the C++ suite, and
+#                               clang's thread-safety analysis of the library
 # Does its own set-up (scripts/setup.sh) first.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,6 +29,11 @@ echo "== Python package (pip install .) and tests"
 (cd "$root/tests/python" && "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/python")
 
 if ((sanitize)); then
+  echo "== Lock annotations under clang -Wthread-safety"
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build-tsa -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+        -DSHARDSTREAM_THREAD_SAFETY=ON -DSHARDSTREAM_BUILD_TESTS=OFF -DSHARDSTREAM_BUILD_BENCHMARKS=OFF \
+        -DSHARDSTREAM_BUILD_TOOLS=OFF -DSHARDSTREAM_INSTALL=OFF >/dev/null
+  cmake --build build-tsa -j"$jobs" --target shardstream
   echo "== C++ tests under ASan+UBSan"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
         -DSHARDSTREAM_SANITIZE=address,undefined -DSHARDSTREAM_BUILD_BENCHMARKS=OFF >/dev/null

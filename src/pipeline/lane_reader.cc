@@ -48,7 +48,7 @@ LaneReader::LaneReader(const std::vector<LaneRange>* ranges, std::vector<size_t>
 LaneReader::~LaneReader() { Close(); }
 
 void LaneReader::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cancelled_ = true;
   if (cached_ != nullptr) cached_->Cancel();  // a read blocked on a download
 }
@@ -69,7 +69,7 @@ void LaneReader::Close() {
   counters_->skipped_samples += st.skipped_samples;
   counters_->skipped_shards += st.skipped_shards;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cached_ = nullptr;
   }
   reader_.reset();
@@ -142,7 +142,7 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     if ((*stream)->hit()) ++counters_->cache_hits;
     std::shared_ptr<CachedShard> shared(std::move(*stream));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       cached_ = shared;
       if (cancelled_) shared->Cancel();  // Cancel() ran before the lane knew the stream
     }

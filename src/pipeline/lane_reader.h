@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "shardstream/decode.h"
 #include "shardstream/export.h"
 #include "shardstream/shard_cache.h"
@@ -82,18 +83,18 @@ struct LaneItem {
 // asked for again (kept across a loader's epochs). Any thread.
 class MissingIndexes {
  public:
-  bool Has(const std::string& url) {
-    std::lock_guard<std::mutex> lock(mu_);
+  bool Has(const std::string& url) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return urls_.count(url) > 0;
   }
-  void Add(const std::string& url) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Add(const std::string& url) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     urls_.insert(url);
   }
 
  private:
-  std::mutex mu_;
-  std::set<std::string> urls_;  // guarded by mu_
+  Mutex mu_;
+  std::set<std::string> urls_ GUARDED_BY(mu_);
 };
 
 struct LaneConfig {
@@ -186,9 +187,9 @@ class SHARDSTREAM_EXPORT LaneReader {
   std::unique_ptr<DirectRange> direct_;  // instead of reader_
   // Shared with the reader's stream so Cancel() can reach a read blocked
   // in TarReader::Open as safely as one blocked later.
-  std::mutex mu_;
-  std::shared_ptr<CachedShard> cached_;  // guarded by mu_
-  bool cancelled_ = false;               // guarded by mu_
+  Mutex mu_;
+  std::shared_ptr<CachedShard> cached_ GUARDED_BY(mu_);
+  bool cancelled_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shardstream::internal

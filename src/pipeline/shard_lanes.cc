@@ -49,7 +49,7 @@ void ShardLanes::Stop() {
 void ShardLanes::Cancel() {
   stop_.store(true);
   for (auto& lane : lanes_) lane->reader->Cancel();  // a read blocked on a download
-  space_.notify_all();
+  space_.NotifyAll();
 }
 
 LaneItem* ShardLanes::TryPop(int l) {
@@ -62,7 +62,7 @@ LaneItem* ShardLanes::TryPop(int l) {
     bool wake;
     size_t k;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const bool wanted = WantsMore(*lane);
       lane->head = (lane->head + lane->claim_count) % n;
       lane->count -= lane->claim_count;
@@ -84,7 +84,7 @@ LaneItem* ShardLanes::TryPop(int l) {
       // refills in a burst instead of one context switch per sample.
       wake = !wanted && WantsMore(*lane);
     }
-    if (wake) space_.notify_one();
+    if (wake) space_.NotifyOne();
     if (k == 0) return nullptr;
   }
   return &lane->ring[(lane->head + lane->claim_pos++) % n];
@@ -93,20 +93,20 @@ LaneItem* ShardLanes::TryPop(int l) {
 void ShardLanes::DirectDone(int l) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Lane* lane = lanes_[static_cast<size_t>(l)].get();
     const bool wanted = WantsMore(*lane);
     --lane->direct_ahead;
     wake = !wanted && WantsMore(*lane) && !lane->finished;
   }
-  if (wake) space_.notify_one();
+  if (wake) space_.NotifyOne();
 }
 
 void ShardLanes::PostSide() {
   if (!config_.side) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   side_ = true;
-  if (sleepers_ > 0) space_.notify_one();
+  if (sleepers_ > 0) space_.NotifyOne();
 }
 
 ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {
@@ -135,7 +135,7 @@ ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {
 
 void ShardLanes::Run() {
   pthread_setname_np(pthread_self(), "ss-worker");
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   // After a burst a worker goes on with any lane that has room; once none
   // has, it sleeps until one drops below three quarters (TryPop wakes it),
   // so refills come in bursts rather than a wake per sample.
@@ -146,30 +146,30 @@ void ShardLanes::Run() {
       consumer_busy_ = true;
       waiting_for_.store(-1, std::memory_order_relaxed);
       if (consumer_lane_ >= 0) AddWaitSince(&counters_->consumer_wait_ns, consumer_waiting_since_);
-      lock.unlock();
+      mu_.Unlock();
       const int want = config_.consume();
-      lock.lock();
+      mu_.Lock();
       consumer_busy_ = false;
       consumer_lane_ = want;
       waiting_for_.store(want, std::memory_order_relaxed);
       consumer_waiting_since_ = std::chrono::steady_clock::now();
       if (want < 0) {
         consumer_done_ = true;
-        space_.notify_all();  // the others leave too
+        space_.NotifyAll();  // the others leave too
       }
       continue;
     }
     handed_off = false;
     if (side_) {
       side_ = false;
-      lock.unlock();
+      mu_.Unlock();
       const bool did = config_.side();
-      lock.lock();
+      mu_.Lock();
       if (did) {
         // There may be more (a batch's reads come in several jobs): this
         // worker comes back for it, and a sleeping one may help.
         side_ = true;
-        if (sleepers_ > 0) space_.notify_one();
+        if (sleepers_ > 0) space_.NotifyOne();
       }
       continue;
     }
@@ -183,7 +183,7 @@ void ShardLanes::Run() {
       // when the consumer is done (every lane finished, or an error), it
       // wakes everyone to leave.
       ++sleepers_;
-      space_.wait(lock);
+      space_.Wait(&mu_);
       --sleepers_;
       continue;
     }
@@ -192,7 +192,7 @@ void ShardLanes::Run() {
     const size_t free = lane->ring.size() - lane->count;
     const uint64_t bytes = lane->bytes;
     const int ahead = lane->direct_ahead;  // the consumer may lower it meanwhile: a stricter bound
-    lock.unlock();
+    mu_.Unlock();
     // Fill the free slots (they are ours until published), publishing in
     // bursts: a quarter of the ring (what the hysteresis frees) keeps the
     // lane's read chunk in this core's cache across many samples, and costs
@@ -205,7 +205,7 @@ void ShardLanes::Run() {
     bool done = false;
     while (made < burst && !done) {
       if (lane->reader->Produce(&lane->ring[slot])) {
-        std::lock_guard<std::mutex> guard(mu_);
+        MutexLock guard(&mu_);
         lane->finished = true;
       }
       made_bytes += lane->ring[slot].bytes;
@@ -224,7 +224,7 @@ void ShardLanes::Run() {
     // Byte counters once per burst: an atomic add per sample is a cache
     // line bouncing between the workers.
     lane->reader->FlushCount();
-    lock.lock();
+    mu_.Lock();
     lane->count += made;
     lane->bytes += made_bytes;
     lane->direct_ahead += made_direct;
@@ -235,11 +235,12 @@ void ShardLanes::Run() {
       // everything up (a lane with more shards than the others): a sleeping
       // worker runs the consumer while this one goes on reading.
       handed_off = true;
-      space_.notify_one();
+      space_.NotifyOne();
     }
     // Otherwise nobody needs waking for the consumer: this worker checks
     // the role first on its next turn.
   }
+  mu_.Unlock();
 }
 
 }  // namespace shardstream::internal

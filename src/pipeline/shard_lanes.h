@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -33,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "pipeline/lane_reader.h"
 #include "shardstream/export.h"
 
@@ -91,38 +91,40 @@ class SHARDSTREAM_EXPORT ShardLanes {
 
   // Whether the reader should refill the lane: below three quarters of
   // both limits (hysteresis: refills come in bursts). Under mu_.
-  bool WantsMore(const Lane& lane) const {
+  bool WantsMore(const Lane& lane) const REQUIRES(mu_) {
     return lane.count <= lane.ring.size() * 3 / 4 && lane.bytes <= config_.ring_bytes * 3 / 4 &&
            lane.direct_ahead < kDirectAhead;
   }
-  bool HasRoom(const Lane& lane) const {
+  bool HasRoom(const Lane& lane) const REQUIRES(mu_) {
     return lane.count < lane.ring.size() && lane.bytes < config_.ring_bytes &&
            lane.direct_ahead < kDirectAhead;
   }
   // The lane a free worker should fill next, or nullptr. Under mu_.
-  Lane* PickLane(bool wanting_only);
+  Lane* PickLane(bool wanting_only) REQUIRES(mu_);
   // Whether a worker may run the consumer step now. Under mu_.
-  bool ConsumerRunnable() const {
+  bool ConsumerRunnable() const REQUIRES(mu_) {
     return !consumer_busy_ && !consumer_done_ &&
            (consumer_lane_ < 0 || lanes_[static_cast<size_t>(consumer_lane_)]->count > 0);
   }
-  void Run();
+  void Run() EXCLUDES(mu_);
 
   std::vector<LaneRange> ranges_;
   LaneConfig config_;
   LaneCounters* counters_;
   std::vector<std::unique_ptr<Lane>> lanes_;
-  std::mutex mu_;
-  std::condition_variable space_;  // workers with nothing to do wait here
-  int sleepers_ = 0;                // waiting on space_; guarded by mu_
-  bool side_ = false;               // PostSide() not yet taken; guarded by mu_
-  // The consumer role; guarded by mu_.
-  bool consumer_busy_ = false, consumer_done_ = false;
-  int consumer_lane_ = -1;  // the lane it waits for
+  // Guards the lanes' shared fields (Lane, above) and the members below.
+  Mutex mu_;
+  CondVar space_;                       // workers with nothing to do wait here
+  int sleepers_ GUARDED_BY(mu_) = 0;    // waiting on space_
+  bool side_ GUARDED_BY(mu_) = false;   // PostSide() not yet taken
+  // The consumer role.
+  bool consumer_busy_ GUARDED_BY(mu_) = false;
+  bool consumer_done_ GUARDED_BY(mu_) = false;
+  int consumer_lane_ GUARDED_BY(mu_) = -1;  // the lane it waits for
   // consumer_lane_ while the consumer waits (-1 while it runs), for workers
   // to read without the lock: a hint to publish sooner.
   std::atomic<int> waiting_for_{-1};
-  std::chrono::steady_clock::time_point consumer_waiting_since_;
+  std::chrono::steady_clock::time_point consumer_waiting_since_ GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
   int nthreads_ = 1;
   std::atomic<bool> stop_{false};

@@ -102,7 +102,7 @@ DirectShard::~DirectShard() {
 
 void DirectRecycler::Take(DirectShard* s) {
   s->recycler = shared_from_this();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (free_.empty()) return;
   Kept& k = free_.back();
   kept_bytes_ -= Bytes(k);
@@ -112,7 +112,7 @@ void DirectRecycler::Take(DirectShard* s) {
 }
 
 uint64_t DirectRecycler::idle_bytes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return kept_bytes_;
 }
 
@@ -122,7 +122,7 @@ void DirectRecycler::Give(DirectShard* s) {
   k.keys.swap(s->keys);
   k.docs.clear();
   k.keys.clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (kept_bytes_ + Bytes(k) > max_bytes_) return;  // freed as k goes
   kept_bytes_ += Bytes(k);
   free_.push_back(std::move(k));

@@ -17,12 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "shardstream/dtype.h"
 #include "shardstream/export.h"
 #include "shardstream/result.h"
@@ -89,10 +89,10 @@ class SHARDSTREAM_EXPORT DirectRecycler : public std::enable_shared_from_this<Di
   static uint64_t Bytes(const Kept& k) {
     return k.docs.capacity() * sizeof(DirectShard::Doc) + k.keys.capacity();
   }
-  std::mutex mu_;
-  uint64_t max_bytes_;
-  uint64_t kept_bytes_ = 0;
-  std::vector<Kept> free_;
+  Mutex mu_;
+  const uint64_t max_bytes_;
+  uint64_t kept_bytes_ GUARDED_BY(mu_) = 0;
+  std::vector<Kept> free_ GUARDED_BY(mu_);
 };
 
 // A document placed by index: the chunk of its shard's records, and its
