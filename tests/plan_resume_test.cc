@@ -236,6 +236,34 @@ TEST(ResumeStateTest, JsonAndBytesRoundTrip) {
   EXPECT_EQ(b->DeliveredCount(), 300 + 1 + 200 + 1);
 }
 
+TEST(ResumeStateTest, IntersectKeepsOnlyWhatEveryStateDelivered) {
+  ResumeState a;
+  a.fingerprint = "fp";
+  a.segment_length = 100;
+  a.delivered = {{0, 40}, {50, 60}, {90, 100}};
+  ResumeState b = a;
+  b.delivered = {{10, 55}, {58, 95}};
+  ResumeState c = a;
+  c.delivered = {{0, 100}};
+  auto both = IntersectResumeStates({a, b, c});
+  ASSERT_TRUE(both.ok()) << both.status();
+  const std::vector<std::pair<int64_t, int64_t>> want = {{10, 40}, {50, 55}, {58, 60}, {90, 95}};
+  EXPECT_EQ(both->delivered, want);
+  EXPECT_TRUE(both->SameEpoch(a));
+  // The union of the same states, for contrast.
+  auto all = MergeResumeStates({a, b});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->delivered, (std::vector<std::pair<int64_t, int64_t>>{{0, 100}}));
+  // Disjoint: nothing delivered by both.
+  ResumeState d = a;
+  d.delivered = {{40, 50}};
+  EXPECT_TRUE(IntersectResumeStates({a, d})->delivered.empty());
+  ResumeState other = a;
+  other.seed = 7;
+  EXPECT_EQ(IntersectResumeStates({a, other}).status().code(), StatusCode::kConfig);
+  EXPECT_EQ(IntersectResumeStates({}).status().code(), StatusCode::kConfig);
+}
+
 TEST(ResumeStateTest, DamagedStatesAreRefused) {
   ResumeState s;
   s.fingerprint = "fp";

@@ -73,6 +73,15 @@ struct SHARDSTREAM_EXPORT LoaderState {
 // MergeResumeStates does.
 SHARDSTREAM_EXPORT Result<LoaderState> MergeLoaderStates(const std::vector<LoaderState>& states);
 
+// Joins the own_state()s of disjoint consumers of one epoch into one state:
+// a position is delivered when no consumer still owes it (the intersection
+// of their delivered sets); partial documents are joined, one per (shard,
+// sample), the last given winning. Joined over every consumer it restores on
+// any topology; over some, it restores exactly their rest. On failure returns
+// kConfig as MergeLoaderStates does.
+SHARDSTREAM_EXPORT Result<LoaderState> MergeOwnLoaderStates(
+    const std::vector<LoaderState>& states);
+
 struct SHARDSTREAM_EXPORT LoaderStats {
   int64_t epoch = 0;
   uint64_t batches = 0;        // returned by next() since Create

@@ -11,7 +11,8 @@
 // identifies the epoch (manifest fingerprint, seed, epoch, node count,
 // segment length). EpochPlan::Create(manifest, options, &state) lays out the
 // rest; DeliveryTracker produces states; MergeResumeStates joins the states
-// of several ranks.
+// of several ranks, IntersectResumeStates the own shares of several
+// consumers (Loader::own_state).
 //
 // Thread-safety: a value type.
 #ifndef SHARDSTREAM_RESUME_STATE_H_
@@ -66,6 +67,13 @@ struct SHARDSTREAM_EXPORT ResumeState {
 // returns kConfig when they describe different epochs or data sets, or
 // `states` is empty.
 SHARDSTREAM_EXPORT Result<ResumeState> MergeResumeStates(const std::vector<ResumeState>& states);
+
+// The intersection of states of the same epoch: a position is delivered when
+// every state says so. This joins consumers' own shares (each counts the
+// positions it does not owe as delivered). On failure returns kConfig as
+// MergeResumeStates does.
+SHARDSTREAM_EXPORT Result<ResumeState> IntersectResumeStates(
+    const std::vector<ResumeState>& states);
 
 }  // namespace shardstream
 

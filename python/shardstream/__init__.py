@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import _core, _logging, metrics
 from .errors import (AuthError, CancelledError, ChecksumError, ConfigError, CorruptError, Error,
                      IoError, NotFoundError, UnavailableError)
-from .loader import Loader, merge_states, parse_size
+from .loader import Loader, merge_own_states, merge_states, parse_size
 from .writer import ShardWriter, encode_field
 from .checkpoint import CheckpointManager
 
@@ -19,6 +19,6 @@ __version__ = _core.__version__
 
 __all__ = [
     "__version__", "Error", "IoError", "CorruptError", "ChecksumError", "UnavailableError",
-    "NotFoundError", "AuthError", "ConfigError", "CancelledError", "Loader", "merge_states",
+    "NotFoundError", "AuthError", "ConfigError", "CancelledError", "Loader", "merge_states", "merge_own_states",
     "parse_size", "ShardWriter", "encode_field", "metrics", "CheckpointManager",
 ]

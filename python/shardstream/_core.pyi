@@ -34,6 +34,9 @@ class ShardWriter:
 def merge_states(states: List[str]) -> str:
     """Joins the JSON states of one epoch's consumers into one."""
 
+def merge_own_states(states: List[str]) -> str:
+    """Joins the JSON own_state()s of disjoint consumers of one epoch into one (intersection)."""
+
 def _raise_status(kind: str, message: str, url: str, offset: int) -> None: ...
 def _drain_logs() -> List[Tuple[int, str, float]]: ...
 def _set_log_level(level: int) -> None: ...

@@ -231,8 +231,8 @@ class Loader:
         outside this consumer's plan counted as delivered. Restored on a
         single-consumer Loader (world_size=1, num_workers=1) it reads exactly
         what this consumer still owes; the shares of all consumers of a plan
-        join by intersecting their delivered sets (``shardstream.torch``
-        does both)."""
+        join by intersecting their delivered sets (:func:`merge_own_states`;
+        ``shardstream.torch`` does both)."""
         return self._native.own_state()
 
     def restore(self, state: Union[str, Sequence[str]]) -> None:
@@ -269,4 +269,14 @@ def merge_states(states: Sequence[str]) -> str:
     if len(states) == 1:
         return states[0]
     return _core.merge_states(states)
+
+
+def merge_own_states(states: Sequence[str]) -> str:
+    """Joins the JSON :meth:`Loader.own_state` shares of disjoint consumers of
+    one epoch into one: a sample counts as delivered when no consumer still
+    owes it. Joined over every consumer, the result restores on any topology."""
+    states = list(states)
+    if not states:
+        raise ValueError("no states to merge")
+    return _core.merge_own_states(states)
 

@@ -22,7 +22,6 @@ to the pool when the last tensor viewing it is freed.
 from __future__ import annotations
 
 import copy
-import json
 import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -31,7 +30,7 @@ import torch
 import torch.utils.data
 
 from . import _core
-from .loader import Loader, merge_states
+from .loader import Loader, merge_own_states, merge_states
 
 STATE_FORMAT = "shardstream-dataset-state"
 
@@ -352,20 +351,6 @@ def _check_state_dict(state: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _intersect(a: List[List[int]], b: List[List[int]]) -> List[List[int]]:
-    out: List[List[int]] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if lo < hi:
-            out.append([lo, hi])
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
 def _merge_entries(entries: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     """One share from the shares of disjoint consumers of one layout.
 
@@ -383,22 +368,9 @@ def _merge_entries(entries: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     members = [int(m) for e in entries for m in e["members"]]
     if len(set(members)) != len(members):
         raise ValueError(f"{STATE_FORMAT}: a consumer's share given twice ({sorted(members)})")
-    states = [json.loads(e["state"]) for e in entries]
-    header = {k: v for k, v in states[0]["resume"].items() if k != "delivered"}
-    delivered = states[0]["resume"]["delivered"]
-    partial: Dict[Tuple[int, int], Any] = {}
-    for st in states:
-        other = {k: v for k, v in st["resume"].items() if k != "delivered"}
-        if other != header:
-            raise ValueError(f"{STATE_FORMAT}: shares of different epochs or data sets: "
-                             f"{header} vs {other}")
-        delivered = _intersect(delivered, st["resume"]["delivered"])
-        for p in st.get("partial") or []:
-            partial[(p["shard"], p["sample"])] = p
-    merged = dict(states[0])
-    merged["resume"] = dict(header, delivered=delivered)
-    merged["partial"] = list(partial.values())
-    return {"members": sorted(members), "of": layouts.pop(), "state": json.dumps(merged)}
+    # Shares of different epochs or data sets raise ConfigError (a ValueError).
+    return {"members": sorted(members), "of": layouts.pop(),
+            "state": merge_own_states([e["state"] for e in entries])}
 
 
 def merge_state_dicts(states: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -303,6 +303,15 @@ void RegisterLoader(py::module_& m) {
         return ValueOrThrow(MergeLoaderStates(states)).ToJson();
       },
       py::arg("states"), "Joins the JSON states of one epoch's consumers into one.");
+  m.def(
+      "merge_own_states",
+      [](const std::vector<std::string>& jsons) {
+        std::vector<LoaderState> states;
+        for (const std::string& j : jsons) states.push_back(ValueOrThrow(LoaderState::FromJson(j)));
+        return ValueOrThrow(MergeOwnLoaderStates(states)).ToJson();
+      },
+      py::arg("states"),
+      "Joins the JSON own_state()s of disjoint consumers of one epoch into one (intersection).");
 }
 
 }  // namespace shardstream::python

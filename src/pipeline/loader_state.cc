@@ -1,5 +1,7 @@
 // LoaderState serialization and merging, and the stats line.
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +53,24 @@ Result<LoaderState> MergeLoaderStates(const std::vector<LoaderState>& states) {
   SHARDSTREAM_ASSIGN_OR_RETURN(out.resume, MergeResumeStates(rs));
   for (const LoaderState& s : states)
     out.partial.insert(out.partial.end(), s.partial.begin(), s.partial.end());
+  return out;
+}
+
+Result<LoaderState> MergeOwnLoaderStates(const std::vector<LoaderState>& states) {
+  std::vector<ResumeState> rs;
+  for (const LoaderState& s : states) rs.push_back(s.resume);
+  LoaderState out;
+  SHARDSTREAM_ASSIGN_OR_RETURN(out.resume, IntersectResumeStates(rs));
+  std::map<std::pair<int64_t, int64_t>, size_t> seen;  // (shard, sample) -> index in out.partial
+  for (const LoaderState& s : states) {
+    for (const LoaderState::Partial& p : s.partial) {
+      auto [it, fresh] = seen.emplace(std::make_pair(p.shard, p.sample), out.partial.size());
+      if (fresh)
+        out.partial.push_back(p);
+      else
+        out.partial[it->second] = p;
+    }
+  }
   return out;
 }
 

@@ -216,19 +216,53 @@ Result<ResumeState> ResumeState::FromBytes(std::string_view bytes) {
   return s;
 }
 
-Result<ResumeState> MergeResumeStates(const std::vector<ResumeState>& states) {
-  if (states.empty()) return Status::Config("MergeResumeStates: no states");
-  ResumeState out = states[0];
+namespace {
+
+// kConfig unless every state describes the epoch of states[0].
+Status CheckSameEpoch(const std::vector<ResumeState>& states, const char* what) {
+  if (states.empty()) return Status::Config(std::string(what) + ": no states");
   for (size_t i = 1; i < states.size(); ++i) {
-    if (!states[i].SameEpoch(out))
+    if (!states[i].SameEpoch(states[0]))
       return Status::Config("resume states " + std::to_string(i) +
                             " and 0 describe different epochs or data sets (fingerprint " +
                             states[i].fingerprint + " epoch " + std::to_string(states[i].epoch) +
-                            " vs " + out.fingerprint + " epoch " + std::to_string(out.epoch) + ")");
+                            " vs " + states[0].fingerprint + " epoch " +
+                            std::to_string(states[0].epoch) + ")");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<ResumeState> MergeResumeStates(const std::vector<ResumeState>& states) {
+  SHARDSTREAM_RETURN_IF_ERROR(CheckSameEpoch(states, "MergeResumeStates"));
+  ResumeState out = states[0];
+  for (size_t i = 1; i < states.size(); ++i)
     out.delivered.insert(out.delivered.end(), states[i].delivered.begin(),
                          states[i].delivered.end());
-  }
   out.Normalize();
+  return out;
+}
+
+Result<ResumeState> IntersectResumeStates(const std::vector<ResumeState>& states) {
+  SHARDSTREAM_RETURN_IF_ERROR(CheckSameEpoch(states, "IntersectResumeStates"));
+  ResumeState out = states[0];
+  out.Normalize();
+  for (size_t k = 1; k < states.size(); ++k) {
+    ResumeState other = states[k];
+    other.Normalize();
+    const auto& a = out.delivered;
+    const auto& b = other.delivered;
+    std::vector<std::pair<int64_t, int64_t>> both;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+      const int64_t lo = std::max(a[i].first, b[j].first);
+      const int64_t hi = std::min(a[i].second, b[j].second);
+      if (lo < hi) both.emplace_back(lo, hi);
+      if (a[i].second < b[j].second) ++i; else ++j;
+    }
+    out.delivered = std::move(both);
+  }
   return out;
 }
 

@@ -167,6 +167,53 @@ TEST(LoaderResumeTest, OwnStateRestoredAloneOwesExactlyThatConsumersRest) {
   EXPECT_EQ(std::set<int64_t>(everything.begin(), everything.end()).size(), 240u);
 }
 
+TEST(LoaderResumeTest, OwnStatesMergedResumeOnAnotherTopology) {
+  // Own shares of three workers, joined in C++ (MergeOwnLoaderStates), resume
+  // on two ranks with exactly the samples no worker delivered.
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{6, 40});
+  std::set<int64_t> delivered;
+  std::vector<LoaderState> own;
+  for (int w = 0; w < 3; ++w) {
+    LoaderOptions o = FieldOptions(d.manifest);
+    o.shuffle_buffer = 16;
+    o.num_workers = 3;
+    o.worker = w;
+    auto l = *Loader::Create(o);
+    auto ids = DrainIds(l.get(), 2 + w);
+    delivered.insert(ids.begin(), ids.end());
+    auto s = l->own_state();
+    ASSERT_TRUE(s.ok()) << s.status();
+    own.push_back(*LoaderState::FromJson(s->ToJson()));
+  }
+  // Only part of the consumers: their rest, not the others'.
+  auto some = MergeOwnLoaderStates({own[0], own[1]});
+  ASSERT_TRUE(some.ok()) << some.status();
+  auto merged = MergeOwnLoaderStates(own);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->resume.DeliveredCount(), static_cast<int64_t>(delivered.size()));
+  EXPECT_GT(some->resume.DeliveredCount(), merged->resume.DeliveredCount());
+  std::multiset<int64_t> rest;
+  for (int r = 0; r < 2; ++r) {
+    LoaderOptions o = FieldOptions(d.manifest);
+    o.shuffle_buffer = 16;
+    o.world_size = 2;
+    o.rank = r;
+    auto l = *Loader::Create(o);
+    ASSERT_TRUE(l->restore(*merged).ok());
+    auto ids = DrainIds(l.get());
+    rest.insert(ids.begin(), ids.end());
+  }
+  for (int64_t id : rest) EXPECT_EQ(delivered.count(id), 0u) << id << " delivered twice";
+  EXPECT_EQ(std::set<int64_t>(rest.begin(), rest.end()).size(), rest.size());
+  EXPECT_GE(delivered.size() + rest.size(), 240u - 1);
+  EXPECT_LE(delivered.size() + rest.size(), 240u);
+  // Shares of another data set or seed do not join.
+  LoaderState alien = own[0];
+  alien.resume.seed += 1;
+  EXPECT_EQ(MergeOwnLoaderStates({own[0], alien}).status().code(), StatusCode::kConfig);
+}
+
 TEST(LoaderResumeTest, RestoreRejectsAnotherSeed) {
   TempDir dir;
   auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 10});

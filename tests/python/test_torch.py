@@ -113,6 +113,24 @@ def test_state_dict_round_trip_with_another_world_size(manifest, total):
     assert total - 2 <= len(delivered) + len(rest) <= total
 
 
+def test_shares_of_different_seeds_do_not_merge(manifest):
+    # The shares' intersection is computed in C++ (merge_own_states); a share
+    # of another seed is a ConfigError (a ValueError), not a silent merge.
+    saved = []
+    for rank, seed in ((0, 11), (1, 12)):
+        ds = ShardDataset(manifest, fields=["cls"], batch_size=6, seed=seed, rank=rank,
+                          world_size=2)
+        next(iter(ds))
+        saved.append(ds.state_dict())
+        ds.close()
+    with pytest.raises(shardstream.ConfigError, match="different epochs or data sets"):
+        merge_state_dicts(saved)
+    own = [d["consumers"][0]["state"] for d in saved]
+    with pytest.raises(ValueError):
+        shardstream.merge_own_states(own)
+    assert shardstream.merge_own_states(own[:1]) != ""
+
+
 def test_state_dict_between_epochs_and_bad_state(manifest):
     ds = ShardDataset(manifest, fields=["cls"], batch_size=50)
     list(ds)
