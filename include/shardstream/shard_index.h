@@ -2,7 +2,7 @@
 // (uncompressed) tar, so a reader can open an uncompressed shard at sample k
 // without reading what precedes it. Built by TarReader while it reads, or
 // loaded from the sidecar "<shard>.idx" that `shardstream index` writes
-// (format: docs/index_format.md).
+// (format: docs/sample_index_format.md).
 //
 // Thread-safety: a value; the functions are reentrant.
 #ifndef SHARDSTREAM_SHARD_INDEX_H_

@@ -1,4 +1,4 @@
-// The sidecar index format (docs/index_format.md): little-endian binary,
+// The sidecar index format (docs/sample_index_format.md): little-endian binary,
 // a header, one record per sample, and an xxh3_64 of everything before it.
 #include "shardstream/shard_index.h"
 
