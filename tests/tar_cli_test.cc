@@ -224,6 +224,51 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   EXPECT_NE(output.find("shard-000000.tar"), std::string::npos) << output;
 }
 
+TEST(TarCliTest, SizesBracesAndTheSummarySayWhatTheyMean) {
+  TempDir dir;
+  MakeSource(dir.Join("src"), 30);
+  std::string out = dir.Join("out");
+  std::string output;
+  // Decimal sizes with SI units (KB = 1000), as the library and Python read them.
+  ASSERT_EQ(RunCommand(Cli() + " pack " + dir.Join("src") + " " + out +
+                           " --shard-size 0.2MB --json",
+                       &output),
+            0)
+      << output;
+  auto j = nlohmann::json::parse(output.substr(output.find('{')));
+  auto manifest = ReadManifest(out + "/manifest.jsonl");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_GT(manifest->shards.size(), 1u);
+  uint64_t on_disk = 0;
+  for (const auto& e : manifest->shards) {
+    on_disk += static_cast<uint64_t>(e.size);
+    EXPECT_LE(e.size, 200000 + 64 * 1024) << e.url;  // one sample may overshoot
+  }
+  EXPECT_EQ(j["shard_bytes"].get<uint64_t>(), on_disk);
+  EXPECT_LT(j["payload_bytes"].get<uint64_t>(), on_disk);
+  // The human summary: singular for one shard, and the shard bytes.
+  std::string one = dir.Join("one");
+  ASSERT_EQ(RunCommand(Cli() + " pack " + dir.Join("src") + " " + one, &output), 0) << output;
+  EXPECT_NE(output.find("into 1 shard of "), std::string::npos) << output;
+  EXPECT_EQ(output.find("1 shards"), std::string::npos) << output;
+  // Brace patterns, quoted in the shell, expand as in the library.
+  const std::string pattern = "'" + out + "/shard-{000000..000001}.tar'";
+  ASSERT_EQ(RunCommand(Cli() + " ls --json " + pattern + " 2>/dev/null", &output), 0) << output;
+  std::istringstream lines(output);
+  int64_t listed = 0;
+  for (std::string line; std::getline(lines, line);) ++listed;
+  EXPECT_EQ(listed, manifest->shards[0].nsamples + manifest->shards[1].nsamples);
+  ASSERT_EQ(RunCommand(Cli() + " index --json " + pattern, &output), 0) << output;
+  EXPECT_NE(output.find("shard-000001.tar.idx"), std::string::npos) << output;
+  EXPECT_NE(RunCommand(Cli() + " ls '" + out + "/shard-{000009..000012}.tar'", &output), 0) << output;
+  // No subcommand: the overview and the usage status, not CLI11's 106.
+  EXPECT_EQ(RunCommand(Cli(), &output), 2);
+  EXPECT_NE(output.find("pack"), std::string::npos) << output;
+  EXPECT_EQ(RunCommand(Cli() + " pack --no-such-flag", &output), 2) << output;
+  EXPECT_EQ(RunCommand(Cli() + " pack . " + dir.Join("x") + " --shard-size 12parsecs", &output), 2);
+  EXPECT_NE(output.find("unknown unit 'parsecs'"), std::string::npos) << output;
+}
+
 TEST(TarCliTest, EverySubcommandHasHelp) {
   for (const char* cmd : {"pack", "ls", "index", "verify", "bench", "manifest"}) {
     std::string output;

@@ -31,6 +31,11 @@ class ShardWriter:
     def abort(self) -> None: ...
     def shards(self) -> List[Dict[str, Any]]: ...
 
+def parse_size(text: str) -> int:
+    """Bytes from a size such as '512MiB' or '0.2GB' (KB = 1000, KiB = 1024)."""
+
+def format_size(bytes: int) -> str: ...
+
 def merge_states(states: List[str]) -> str:
     """Joins the JSON states of one epoch's consumers into one."""
 

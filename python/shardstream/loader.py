@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -20,18 +19,27 @@ from . import _core, _logging
 
 FieldsArg = Union[None, Sequence[Union[str, Mapping[str, Any]]], Mapping[str, Union[str, Mapping[str, Any]]]]
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
-
-
 def parse_size(value: Union[int, str, None]) -> Optional[int]:
-    """Bytes from an int or a text such as ``"512MiB"``, ``"10 GB"`` (powers of 1024)."""
-    if value is None or isinstance(value, int):
+    """Bytes from an int or a text such as ``"512MiB"``, ``"0.2 GB"``.
+
+    One parser for the command line, C++ and Python: ``KB``/``MB``/``GB``/``TB``/``PB``
+    (and ``k``, ``M``, ``G``, ...) are powers of 1000, ``KiB``/``MiB``/``GiB``/``TiB``/``PiB``
+    powers of 1024; decimals are allowed and rounded down to whole bytes. Raises
+    :class:`shardstream.ConfigError` (a ``ValueError``) naming the text otherwise.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise _core_config_error(f"size {value!r}: expected a number of bytes or a text such as '512MiB'")
+    if isinstance(value, int):
+        if value < 0:
+            raise _core_config_error(f"size {value}: a size cannot be negative")
         return value
-    m = _SIZE.match(str(value))
-    if not m:
-        raise _core_config_error(f"size '{value}': expected bytes or a number with KiB/MiB/GiB/TiB")
-    unit = (m.group(2) or "b").lower()[:1]
-    return int(float(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit])
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if not isinstance(value, str):
+        raise _core_config_error(f"size {value!r}: expected a number of bytes or a text such as '512MiB'")
+    return _core.parse_size(value)
 
 
 def _core_config_error(message: str) -> Exception:

@@ -2,6 +2,9 @@
 // concept; each registers itself from here. Importing starts no thread.
 #include <pybind11/pybind11.h>
 
+#include <pybind11/stl.h>
+
+#include "shardstream/byte_size.h"
 #include "shardstream/status.h"
 #include "shardstream/version.h"
 #include "status_to_exception.h"
@@ -28,6 +31,13 @@ PYBIND11_MODULE(_core, m) {
     }
     throw py::value_error("unknown kind " + kind);
   });
+  m.def(
+      "parse_size",
+      [](const std::string& text) {
+        return shardstream::python::ValueOrThrow(shardstream::ParseByteSize(text));
+      },
+      py::arg("text"), "Bytes from a size such as '512MiB' or '0.2GB' (see byte_size.h).");
+  m.def("format_size", &shardstream::FormatByteSize, py::arg("bytes"));
   shardstream::python::RegisterLogSink(m);
   shardstream::python::RegisterLoader(m);
   shardstream::python::RegisterShardWriter(m);

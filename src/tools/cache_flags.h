@@ -7,10 +7,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cmath>
 #include <memory>
 #include <string>
 
+#include "shardstream/byte_size.h"
 #include "shardstream/shard_cache.h"
 
 namespace shardstream::tools {
@@ -23,36 +23,11 @@ struct CacheFlags {
 
 inline void AddCacheFlags(CLI::App* sub, CacheFlags* flags) {
   sub->add_option("--cache-dir", flags->dir, "Shard cache directory (default: no cache)");
-  sub->add_option("--cache-limit", flags->limit, "Cache size limit, e.g. 500G")
+  sub->add_option("--cache-limit", flags->limit, "Cache size limit, e.g. 500GB or 450GiB")
       ->capture_default_str();
   sub->add_option("--cache-mode", flags->mode, "rw, ro or off")
       ->check(CLI::IsMember({"rw", "ro", "off"}))
       ->capture_default_str();
-}
-
-// "123", "10K", "1.5G", "2GiB", "500MB" (powers of 1024). False if malformed.
-inline bool ParseByteSize(const std::string& text, uint64_t* out) {
-  size_t end = 0;
-  double value;
-  try {
-    value = std::stod(text, &end);
-  } catch (...) {
-    return false;
-  }
-  std::string unit = text.substr(end);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
-  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
-  static const std::string kUnits = "KMGTP";
-  double scale = 1;
-  if (!unit.empty() && unit != "B") {
-    size_t i = kUnits.find(unit);
-    if (unit.size() != 1 || i == std::string::npos) return false;
-    scale = std::pow(1024.0, static_cast<double>(i + 1));
-  }
-  if (value < 0) return false;
-  *out = static_cast<uint64_t>(value * scale);
-  return true;
 }
 
 // The cache the flags describe (kOff without --cache-dir). On failure returns
@@ -63,8 +38,9 @@ inline Result<std::unique_ptr<ShardCache>> MakeCache(const CacheFlags& flags) {
   options.mode = flags.dir.empty() || flags.mode == "off" ? CacheMode::kOff
                  : flags.mode == "ro"                      ? CacheMode::kReadOnly
                                                            : CacheMode::kReadWrite;
-  if (!ParseByteSize(flags.limit, &options.limit_bytes))
-    return Status::Config("bad --cache-limit '" + flags.limit + "' (e.g. 500G)");
+  auto limit = ParseByteSize(flags.limit);
+  if (!limit.ok()) return Status::Config("bad --cache-limit: " + limit.status().message());
+  options.limit_bytes = *limit;
   return ShardCache::Create(options);
 }
 

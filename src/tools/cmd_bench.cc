@@ -264,7 +264,7 @@ SHARDSTREAM_COMMAND(bench, [](CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   auto* sub = app.add_subcommand(
       "bench", "Read shards as fast as possible and compare with a plain read of the same files");
-  sub->add_option("SHARD", args->shards, "Shards to read (paths, urls or manifests)")->required();
+  sub->add_option("SHARD", args->shards, "Shards to read (paths, urls, quoted brace patterns or manifests)")->required();
   AddCacheFlags(sub, &args->cache);
   sub->add_option("--runs", args->runs, "Timed runs; medians are reported")->capture_default_str();
   sub->add_option("--dest-size", args->dest_size, "Destination buffer fields are copied to, reused cyclically like a batch slot")
@@ -274,7 +274,14 @@ SHARDSTREAM_COMMAND(bench, [](CLI::App& app) {
   sub->add_flag("--libarchive", args->libarchive, "Use the libarchive engine");
   sub->add_flag("--no-external", args->no_external, "Skip timing zstd/gzip for compressed shards");
   sub->add_flag("--json", args->json, "Print the figures as JSON");
-  sub->callback([args] { ExitWith(RunBench(*args)); });
+  sub->callback([args] {
+    if (Status st = ExpandBraceArgs(&args->shards); !st.ok()) {
+      std::cerr << "bench: " << st << "\n";
+      ExitWith(2);
+      return;
+    }
+    ExitWith(RunBench(*args));
+  });
 });
 
 }  // namespace shardstream::tools

@@ -124,11 +124,12 @@ int Evict(const std::string& dir, const std::string& to, const std::vector<std::
   json report = {{"dir", dir}};
   int rc = 0;
   if (!to.empty()) {
-    uint64_t target;
-    if (!ParseByteSize(to, &target)) {
-      std::cerr << "shardstream cache evict: bad size '" << to << "' (e.g. 500M, 20G)\n";
+    auto parsed = ParseByteSize(to);
+    if (!parsed.ok()) {
+      std::cerr << "shardstream cache evict: --to: " << parsed.status().message() << "\n";
       return 2;
     }
+    const uint64_t target = *parsed;
     auto left = (*cache)->EvictTo(target);
     if (!left.ok()) return Fail(left.status());
     report["bytes_left"] = *left;

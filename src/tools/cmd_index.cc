@@ -56,10 +56,17 @@ int RunIndex(const IndexArgs& a) {
 SHARDSTREAM_COMMAND(index, [](CLI::App& app) {
   auto args = std::make_shared<IndexArgs>();
   auto* sub = app.add_subcommand("index", "Write <shard>.idx sample indexes (random access)");
-  sub->add_option("SHARD", args->shards, "Shards to index")->required();
+  sub->add_option("SHARD", args->shards, "Shards to index (paths or quoted brace patterns)")->required();
   sub->add_option("--threads", args->threads, "Parallel shards (0: one per core)");
   sub->add_flag("--json", args->json, "One JSON object per shard");
-  sub->callback([args] { ExitWith(RunIndex(*args)); });
+  sub->callback([args] {
+    if (Status st = ExpandBraceArgs(&args->shards); !st.ok()) {
+      std::cerr << "index: " << st << "\n";
+      ExitWith(2);
+      return;
+    }
+    ExitWith(RunIndex(*args));
+  });
 });
 
 }  // namespace shardstream::tools

@@ -5,6 +5,7 @@
 
 #include "shardstream/tar_reader.h"
 #include "tools/command.h"
+#include "tools/tar_tool_util.h"
 #include "tools/shard_args.h"
 
 namespace shardstream::tools {
@@ -85,7 +86,14 @@ SHARDSTREAM_COMMAND(ls, [](CLI::App& app) {
   AddCacheFlags(sub, &args->cache);
   sub->add_flag("--json", args->json, "One JSON object per sample");
   sub->add_flag("--libarchive", args->libarchive, "Read with libarchive instead of the fast parser");
-  sub->callback([args] { ExitWith(RunLs(*args)); });
+  sub->callback([args] {
+    if (Status st = ExpandBraceArgs(&args->shards); !st.ok()) {
+      std::cerr << "ls: " << st << "\n";
+      ExitWith(2);
+      return;
+    }
+    ExitWith(RunLs(*args));
+  });
 });
 
 }  // namespace shardstream::tools

@@ -82,7 +82,14 @@ SHARDSTREAM_COMMAND(manifest, [](CLI::App& app) {
   sub->add_option("--out", args->out,
                   "Manifest file to write (JSON Lines; urls relative to it); default stdout");
   sub->add_option("--threads", args->threads, "Shards read at once (0: one per core)");
-  sub->callback([args] { ExitWith(RunManifest(*args)); });
+  sub->callback([args] {
+    if (Status st = ExpandBraceArgs(&args->shards); !st.ok()) {
+      std::cerr << "manifest: " << st << "\n";
+      ExitWith(2);
+      return;
+    }
+    ExitWith(RunManifest(*args));
+  });
 });
 
 }  // namespace shardstream::tools

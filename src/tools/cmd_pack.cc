@@ -1,5 +1,6 @@
 // shardstream pack SRC_DIR OUT_DIR: files grouped by key (WebDataset rules)
 // into deterministic tar shards plus manifest.jsonl.
+#include <algorithm>
 #include <unistd.h>
 
 #include <chrono>
@@ -122,15 +123,22 @@ int RunPack(const PackArgs& a) {
   }
   if (tty) std::cerr << "\r\033[K";
   const Manifest& m = (*writer)->manifest();
+  uint64_t shard_bytes = 0;
+  for (const ShardEntry& e : m.shards) shard_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   if (a.json) {
-    nlohmann::json j = {{"samples", done},  {"shards", m.shards.size()},
-                        {"bytes", bytes},   {"unkeyed_files", unkeyed},
+    nlohmann::json j = {{"samples", done},
+                        {"shards", m.shards.size()},
+                        {"shard_bytes", shard_bytes},
+                        {"payload_bytes", bytes},
+                        {"unkeyed_files", unkeyed},
                         {"skipped_links", not_regular},
                         {"manifest", a.out + "/manifest.jsonl"}};
     std::cout << j.dump() << "\n";
   } else {
-    std::cout << "packed " << done << " samples (" << HumanBytes(bytes) << ") into "
-              << m.shards.size() << " shards; manifest " << a.out << "/manifest.jsonl\n";
+    std::cout << "packed " << done << (done == 1 ? " sample" : " samples") << " into "
+              << m.shards.size() << (m.shards.size() == 1 ? " shard" : " shards") << " of "
+              << FormatByteSize(shard_bytes) << " (fields " << FormatByteSize(bytes)
+              << "); manifest " << a.out << "/manifest.jsonl\n";
   }
   return 0;
 }

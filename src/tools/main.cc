@@ -31,10 +31,17 @@ int main(int argc, char** argv) {
   std::sort(cmds.begin(), cmds.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [name, setup] : cmds) setup(app);
+  if (argc < 2) {
+    // No subcommand: the overview, and the usage exit status.
+    std::cout << app.help();
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every usage error exits 2 (CLI11's own
+    // codes, 100 and up, mean nothing to a shell script).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return ExitCode();
 }

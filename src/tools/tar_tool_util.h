@@ -1,5 +1,5 @@
 // Helpers shared by the shard subcommands (pack, ls, index, verify, bench,
-// manifest): byte sizes on the command line, a small parallel loop, and
+// manifest): a small parallel loop and
 // hashing a file through the Source seam.
 #ifndef SHARDSTREAM_TOOLS_TAR_TOOL_UTIL_H_
 #define SHARDSTREAM_TOOLS_TAR_TOOL_UTIL_H_
@@ -11,35 +11,29 @@
 #include <thread>
 #include <vector>
 
+#include "shardstream/byte_size.h"
 #include "shardstream/checksum.h"
+#include "shardstream/manifest.h"
 #include "shardstream/result.h"
 #include "shardstream/source.h"
 
 namespace shardstream::tools {
 
-// "512MiB", "4GB", "1000", "64k" -> bytes (k/M/G/T are powers of 1024 with or
-// without "iB"; "KB/MB/GB" are powers of 1000).
-inline Result<uint64_t> ParseByteSize(const std::string& text) {
-  size_t i = 0;
-  uint64_t v = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    if (v > (~uint64_t{0}) / 10) return Status::Config("size too large: " + text);
-    v = v * 10 + static_cast<uint64_t>(text[i++] - '0');
+// Replaces each brace pattern in `args` ("data-{000..099}.tar", quoted in
+// the shell) by the names it expands to, in order, as the library does for a
+// data set. On failure returns kConfig naming the malformed pattern.
+inline Status ExpandBraceArgs(std::vector<std::string>* args) {
+  std::vector<std::string> out;
+  for (const std::string& a : *args) {
+    if (!IsBracePattern(a)) {
+      out.push_back(a);
+      continue;
+    }
+    SHARDSTREAM_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(a));
+    out.insert(out.end(), names.begin(), names.end());
   }
-  if (i == 0) return Status::Config("not a size: '" + text + "' (e.g. 512MiB)");
-  std::string unit = text.substr(i);
-  uint64_t mult = 1;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "k" || unit == "K" || unit == "KiB") mult = uint64_t{1} << 10;
-  else if (unit == "M" || unit == "MiB") mult = uint64_t{1} << 20;
-  else if (unit == "G" || unit == "GiB") mult = uint64_t{1} << 30;
-  else if (unit == "T" || unit == "TiB") mult = uint64_t{1} << 40;
-  else if (unit == "KB") mult = 1000;
-  else if (unit == "MB") mult = 1000 * 1000;
-  else if (unit == "GB") mult = 1000ull * 1000 * 1000;
-  else return Status::Config("unknown size unit in '" + text + "'");
-  if (v > (~uint64_t{0}) / mult) return Status::Config("size too large: " + text);
-  return v * mult;
+  *args = std::move(out);
+  return Status::OK();
 }
 
 // Runs fn(i) for i in [0, n) on up to `threads` threads (0: one per core).

@@ -228,12 +228,25 @@ def test_native_log_records_reach_python_logging(caplog):
                for r in caplog.records)
 
 
-def test_parse_size():
+def test_parse_size_is_the_one_parser_of_cli_and_cpp():
+    # KB/MB/GB are powers of 1000, KiB/MiB/GiB powers of 1024, decimals allowed,
+    # the same as `shardstream pack --shard-size` and `--cache-limit`.
     assert shardstream.parse_size("512MiB") == 512 << 20
-    assert shardstream.parse_size("1.5 GB") == int(1.5 * (1 << 30))
+    assert shardstream.parse_size("10 GB") == 10 * 10**9
+    assert shardstream.parse_size("1.5 GB") == 1_500_000_000
+    assert shardstream.parse_size("0.2MB") == 200_000
+    assert shardstream.parse_size("1.5GiB") == 3 << 29
+    assert shardstream.parse_size("64k") == 64_000
+    assert shardstream.parse_size("2 gib") == 2 << 30
     assert shardstream.parse_size(12) == 12
-    with pytest.raises(shardstream.ConfigError):
-        shardstream.parse_size("lots")
+    assert shardstream.parse_size(1e9) == 10**9
+    assert shardstream.parse_size(None) is None
+    for bad in ("lots", "12parsecs", "-1MB", "", "1.5.2GB", "MB", True, -3, [1]):
+        with pytest.raises(shardstream.ConfigError) as e:
+            shardstream.parse_size(bad)
+        assert isinstance(e.value, ValueError)
+    with pytest.raises(shardstream.ConfigError, match="unknown unit 'parsecs'.*KiB"):
+        shardstream.parse_size("12parsecs")
 
 
 def test_zstd_shards_and_brace_pattern_without_counts(tmp_path):
