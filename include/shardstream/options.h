@@ -1,7 +1,7 @@
 // Options of the Loader (loader.h): what to read, how to split it among
 // consumers, how to shuffle, decode and batch it, and how many threads and
 // how much memory to use. Every field has a documented default; only
-// `manifest` (or `pattern`) and `fields` (or `tokens`) must be set.
+// `manifest` (or a brace pattern in it) must be set.
 //
 // Thread-safety: a plain value.
 #ifndef SHARDSTREAM_OPTIONS_H_
@@ -95,7 +95,9 @@ struct LoaderOptions {
   // Drop the last, smaller batch of an epoch (sample batches only; token
   // batches never drop tokens). Default: false.
   bool drop_last = false;
-  // Fields taken from each sample, in tensor order. Default: empty.
+  // Fields taken from each sample, in tensor order. Empty (without tokens):
+  // every field of the data set's first sample, decoded by extension, read
+  // at the first next(). Default: empty.
   std::vector<FieldSpec> fields;
   // Token batching (see TokenOptions). Default: off.
   TokenOptions tokens;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "common/log.h"
+#include "pipeline/first_sample.h"
 #include "pipeline/loader_run.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/delivery_tracker.h"
@@ -158,8 +159,6 @@ namespace {
 Status Validate(const LoaderOptions& o) {
   if (o.manifest.empty()) return Status::Config("loader: no manifest or shard pattern given");
   if (o.batch_size < 1) return Status::Config("loader: batch_size must be >= 1");
-  if (o.tokens.field.empty() && o.fields.empty())
-    return Status::Config("loader: give fields to batch, or tokens.field for token batches");
   if (!o.tokens.field.empty()) {
     if (o.tokens.seq_len < 1) return Status::Config("loader: tokens.seq_len must be >= 1");
     if (!IsInteger(o.tokens.dtype) || !IsInteger(o.tokens.input_dtype))
@@ -255,6 +254,15 @@ Result<Batch> Loader::next() {
   if (m.stopped || m.cancelled.load()) return Status::Cancelled("loader stopped");
   if (!m.sticky.ok()) return m.sticky;
   if (m.ended) return Batch();
+  if (!m.run && m.opt.fields.empty() && m.opt.tokens.field.empty()) {
+    // No fields named: take every field of the data set's first sample
+    // (once; a failure is returned and tried again at the next call).
+    SHARDSTREAM_ASSIGN_OR_RETURN(m.opt.fields, internal::FieldsOfFirstSample(m.opt, m.manifest));
+    if (m.opt.fields.size() > 64) {
+      m.opt.fields.clear();
+      return Status::Config("loader: the first sample has more than 64 fields; name the fields");
+    }
+  }
   if (!m.run) {
     internal::RunConfig rc;
     rc.options = &m.opt;

@@ -192,6 +192,22 @@ void LoaderRun::ReleaseChunks(LaneItem* item) {
   item->decoded.data = {};
 }
 
+Status LoaderRun::CheckFirstSampleFields(const Sample& s) const {
+  for (const FieldSpec& spec : opt_.fields) {
+    if (spec.optional || s.Find(spec.name) != nullptr) continue;
+    std::string present;
+    for (const Field& f : s.fields) present += (present.empty() ? "'" : ", '") + f.name + "'";
+    return Status(StatusCode::kConfig, "loader: field '" + spec.name + "' is not in the first sample ('" +
+                              s.key + "' in " + s.url + " at offset " + std::to_string(s.offset) +
+                              "); its fields are " +
+                              (present.empty() ? std::string("none") : present) +
+                              ". Name a field as it is in the shards (extension included), or "
+                              "mark it optional",
+                          s.url, s.offset);
+  }
+  return Status::OK();
+}
+
 Status LoaderRun::Process(LaneItem* item) {
   const Sample& s = item->sample;
   RowInput row;
@@ -217,7 +233,13 @@ Status LoaderRun::Process(LaneItem* item) {
       refs_[i] = f ? FieldRef{f->data, f->offset, true} : FieldRef{};
     }
     row.fields = refs_.data();
-    st = batcher_->Add(row);
+    if (!first_checked_) {
+      // A required field the very first sample lacks is most likely a name
+      // misspelt, not damaged data: say so, with the names there are.
+      first_checked_ = true;
+      st = CheckFirstSampleFields(s);
+    }
+    if (st.ok()) st = batcher_->Add(row);
   }
   ReleaseChunks(item);
   // A bad sample under a skip policy is dropped and counted; the batch in

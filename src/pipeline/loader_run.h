@@ -96,8 +96,12 @@ class LoaderRun {
   PrefetchQueue<Batch> queue_;
   std::unique_ptr<ShardLanes> lanes_;
   std::unique_ptr<SampleBatcher> batcher_;
+  // kConfig naming the fields of `s` when it lacks a required field.
+  Status CheckFirstSampleFields(const Sample& s) const;
   std::unique_ptr<TokenPacker> packer_;
   std::vector<FieldRef> refs_;
+  // The first sample of the run was checked for the fields asked for.
+  bool first_checked_ = false;
   std::atomic<bool> stop_{false};
   // Assembler state, kept between steps (the step's worker changes).
   bool known_ = false;

@@ -15,7 +15,44 @@ SampleBatcher::SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, 
     : fields_(std::move(fields)),
       batch_size_(batch_size),
       slots_(std::move(pool), std::move(emit)),
-      decoded_(fields_.size()) {}
+      decoded_(fields_.size()) {
+  for (size_t i = 0; i < fields_.size(); ++i)
+    if (fields_[i].optional) optional_.push_back(i);
+}
+
+Result<DecodedField> SampleBatcher::Absent(const FieldSpec& spec) const {
+  const FieldDecode how = spec.decode == FieldDecode::kAuto ? DecodeForName(spec.name) : spec.decode;
+  DecodedField d;
+  switch (how) {
+    case FieldDecode::kBytes:
+    case FieldDecode::kAuto:
+      return d;
+    case FieldDecode::kString:
+      d.is_string = true;
+      return d;
+    case FieldDecode::kLabel:
+      d.is_tensor = true;
+      d.is_label = true;
+      d.dtype = DType::kInt64;
+      return d;
+    case FieldDecode::kRaw: {
+      bool full = !spec.shape.empty() && static_cast<int>(spec.shape.size()) <= kMaxDims;
+      for (int64_t n : spec.shape) full = full && n >= 0;
+      if (!full) break;
+      d.is_tensor = true;
+      d.dtype = spec.dtype;
+      d.ndim = static_cast<int>(spec.shape.size());
+      for (int k = 0; k < d.ndim; ++k) d.shape[k] = spec.shape[k];
+      return d;
+    }
+    case FieldDecode::kNpy:
+      break;
+  }
+  return Status::Config("optional field '" + spec.name +
+                        "' is missing from the first sample, and its spec does not fix its type: "
+                        "give it decode \"raw\" with a dtype and a full shape, or let the first "
+                        "sample have it");
+}
 
 Status SampleBatcher::InitLayout(const std::vector<DecodedField>& decoded) {
   std::vector<ColumnLayout> cols;
@@ -31,6 +68,13 @@ Status SampleBatcher::InitLayout(const std::vector<DecodedField>& decoded) {
     c.row_bytes = c.is_bytes ? 0 : static_cast<size_t>(d.elements()) * DTypeSize(d.dtype);
     cols.push_back(std::move(c));
   }
+  for (size_t i : optional_) {
+    ColumnLayout c;
+    c.name = fields_[i].output_name() + ".present";
+    c.dtype = DType::kBool;
+    c.row_bytes = 1;
+    cols.push_back(std::move(c));
+  }
   return slots_.Init(BatchLayout::Make(std::move(cols), batch_size_, batch_size_,
                                        slots_.arena_bytes()));
 }
@@ -42,11 +86,12 @@ Status SampleBatcher::Add(const RowInput& row) {
     FieldContext ctx{row.key, spec.name, row.url, f.present ? f.offset : row.offset};
     if (!f.present) {
       if (!spec.optional) return FieldError(ctx, 0, "sample has no field '" + spec.name + "'");
-      if (!slots_.ready())
-        return Status::Config("optional field '" + spec.name +
-                              "' is missing from the first sample; its type is unknown");
-      decoded_[i] = DecodedField();
-      decoded_[i].is_tensor = !slots_.writer().layout().columns[i].is_bytes;
+      if (!slots_.ready()) {
+        SHARDSTREAM_ASSIGN_OR_RETURN(decoded_[i], Absent(spec));
+      } else {
+        decoded_[i] = DecodedField();
+        decoded_[i].is_tensor = !slots_.writer().layout().columns[i].is_bytes;
+      }
       decoded_[i].data = {};
       continue;
     }
@@ -91,6 +136,10 @@ Status SampleBatcher::Add(const RowInput& row) {
         std::memset(dst, 0, c.row_bytes);
       }
     }
+  }
+  for (size_t k = 0; k < optional_.size(); ++k) {
+    const size_t col = fields_.size() + k;
+    w.column(col)[static_cast<size_t>(r)] = row.fields[optional_[k]].present ? 1 : 0;
   }
   w.AddSample(row.id, row.key);
   w.set_rows(r + 1);

@@ -1,6 +1,8 @@
 // SampleBatcher: stacks the decoded fields of `batch_size` samples into a
 // slot of its SlotSource (fixed shapes stacked, ragged fields in the slot's
-// arena) and emits each batch when full.
+// arena) and emits each batch when full. Each optional field also gets a
+// bool column "<output>.present" [B]: whether the sample had it (a missing
+// field's value is zeros, or empty bytes).
 //
 // Thread-safety: used by one thread (the assembler).
 #ifndef SHARDSTREAM_PIPELINE_SAMPLE_BATCHER_H_
@@ -28,11 +30,15 @@ class SHARDSTREAM_EXPORT SampleBatcher {
 
  private:
   Status InitLayout(const std::vector<DecodedField>& decoded);
+  // The value of an optional field the first sample lacks, when its spec
+  // alone fixes its type (bytes, text, labels, raw with a full shape).
+  Result<DecodedField> Absent(const FieldSpec& spec) const;
 
   std::vector<FieldSpec> fields_;
   int64_t batch_size_;
   SlotSource slots_;
   std::vector<DecodedField> decoded_;  // reused
+  std::vector<size_t> optional_;       // indices of optional fields: one mask column each
 };
 
 }  // namespace shardstream::internal

@@ -250,7 +250,9 @@ TEST(LoaderConfigTest, RejectsBadOptionsAndBudgets) {
   LoaderOptions o;
   EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kConfig);
   o.manifest = "/nonexistent/manifest.jsonl";
-  EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kConfig);  // no fields
+  // No fields is allowed (those of the first sample are taken at the first
+  // next()); the missing manifest is what fails.
+  EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kNotFound);
   o.fields = {FieldSpec{"x.npy"}};
   EXPECT_EQ(Loader::Create(o).status().code(), StatusCode::kNotFound);
   TempDir dir;

@@ -285,3 +285,47 @@ def test_direct_reads_give_the_same_token_batches(tmp_path):
         assert x.keys() == y.keys() and "tokens" in x
         for k in x:
             assert np.array_equal(x[k], y[k]), k
+
+
+def test_without_fields_every_field_of_the_first_sample(manifest, total):
+    # As WebDataset's .decode(): each field decoded by its extension.
+    loader = shardstream.Loader(manifest, batch_size=10, shuffle=False)
+    batch = loader.next()
+    assert set(batch) == {"tokens.npy", "cls", "txt", "__key__", "__url__"}
+    assert batch["tokens.npy"].dtype == np.int32 and batch["tokens.npy"].shape == (10, 16)
+    assert batch["cls"].dtype == np.int64
+    assert batch["txt"][0].startswith("caption ")
+    n = 10 + sum(len(b["__key__"]) for b in loader)
+    assert n == total
+    loader.close()
+
+
+def test_misspelt_field_is_a_config_error_naming_the_fields(manifest):
+    loader = shardstream.Loader(manifest, fields=["tokens.npy", "jpeg"], batch_size=4)
+    with pytest.raises(shardstream.ConfigError) as e:
+        loader.next()
+    msg = str(e.value)
+    assert "'jpeg'" in msg and "'cls'" in msg and "'txt'" in msg and "'tokens.npy'" in msg
+    assert "shard-" in msg
+    loader.close()
+
+
+def test_optional_field_has_a_presence_mask(tmp_path):
+    with shardstream.ShardWriter(str(tmp_path), max_samples=6) as w:
+        for i in range(20):
+            sample = {"__key__": f"k{i:03d}", "cls": i}
+            if i % 4 == 3:  # not in the first sample
+                sample["png"] = b"\x89PNG" + bytes([i])
+            w.write(sample)
+    loader = shardstream.Loader(str(tmp_path / "manifest.jsonl"), batch_size=5, shuffle=False,
+                                fields=["cls", {"name": "png", "optional": True, "decode": "bytes"}])
+    seen = 0
+    for batch in loader:
+        present = batch["png.present"]
+        assert present.dtype == np.bool_
+        for i, has, data in zip(batch["cls"].tolist(), present.tolist(), batch["png"]):
+            assert has == (i % 4 == 3)
+            assert data == (b"\x89PNG" + bytes([i]) if has else b"")
+            seen += 1
+    assert seen == 20
+    loader.close()

@@ -1,0 +1,26 @@
+// The fields a Loader batches when the caller names none: every field of the
+// data set's first sample (first shard in manifest order, first sample), each
+// decoded by its extension, as WebDataset's .decode() does. Reading one
+// sample through the loader's Source (or its cache) makes the choice the same
+// on every rank, worker and epoch.
+#ifndef SHARDSTREAM_PIPELINE_FIRST_SAMPLE_H_
+#define SHARDSTREAM_PIPELINE_FIRST_SAMPLE_H_
+
+#include <vector>
+
+#include "shardstream/decode.h"
+#include "shardstream/manifest.h"
+#include "shardstream/options.h"
+#include "shardstream/result.h"
+
+namespace shardstream::internal {
+
+// On success returns one FieldSpec (kAuto) per field of the first sample, in
+// the order of its members. On failure returns the error of opening or
+// reading the first shard, or kConfig when it holds no sample.
+Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& options,
+                                                   const Manifest& manifest);
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_FIRST_SAMPLE_H_

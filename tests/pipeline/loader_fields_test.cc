@@ -1,0 +1,168 @@
+// Which fields a batch holds: every field of the first sample when none are
+// named, a clear kConfig for a name the data does not have, and optional
+// fields with a presence mask.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "shardstream/loader.h"
+#include "shardstream/shard_writer.h"
+#include "support/loader_fixture.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::DatasetSpec;
+using testing::TempDir;
+
+std::set<std::string> TensorNames(const Batch& b) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < b.num_tensors(); ++i) names.insert(std::string(b.tensor(i).name));
+  return names;
+}
+
+TEST(LoaderFieldsTest, NoFieldsTakesEveryFieldOfTheFirstSample) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{3, 10});
+  LoaderOptions o;
+  o.manifest = d.manifest;
+  o.batch_size = 4;
+  o.shuffle_buffer = 0;
+  auto l = Loader::Create(o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  int64_t rows = 0;
+  while (true) {
+    auto b = (*l)->next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    if (b->empty()) break;
+    EXPECT_EQ(TensorNames(*b), (std::set<std::string>{"x.npy", "cls", "txt"}));
+    TensorView x = b->tensor("x.npy");
+    EXPECT_EQ(x.dtype, DType::kInt32);  // decoded by extension: .npy
+    EXPECT_EQ(b->tensor("cls").dtype, DType::kInt64);
+    EXPECT_TRUE(b->tensor("txt").is_string);
+    rows += b->rows();
+  }
+  EXPECT_EQ(rows, 30);
+  // Every epoch and a second loader choose the same fields.
+  ASSERT_TRUE((*l)->set_epoch(1).ok());
+  auto b = (*l)->next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(TensorNames(*b).size(), 3u);
+}
+
+TEST(LoaderFieldsTest, MisspeltFieldIsAConfigErrorListingTheFields) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 10});
+  LoaderOptions o = testing::FieldOptions(d.manifest);
+  o.fields = {FieldSpec{"x.npy"}, FieldSpec{"clss"}};
+  o.error_policy = ErrorPolicy::kSkipSample;  // not a damaged sample: never skipped
+  auto l = *Loader::Create(o);
+  auto b = l->next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kConfig) << b.status();
+  const std::string msg = b.status().ToString();
+  EXPECT_NE(msg.find("'clss'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'cls'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'x.npy'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'txt'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shard-"), std::string::npos) << msg;  // the shard is named
+}
+
+// Sample i has "a.cls" always, "b.txt" when i % 3 == 1 (so not the first),
+// "c.bin" (4 raw bytes) when i is even.
+std::string WriteSparse(const std::string& dir, int n) {
+  ShardWriterOptions wo;
+  wo.max_samples = 7;
+  auto w = *ShardWriter::Create(dir, wo);
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.key = "s" + std::to_string(1000 + i);
+    std::string cls = std::to_string(i), txt = "text " + std::to_string(i);
+    std::string bin(4, static_cast<char>(i));
+    s.fields.push_back(Field{"a.cls", cls});
+    if (i % 3 == 1) s.fields.push_back(Field{"b.txt", txt});
+    if (i % 2 == 0) s.fields.push_back(Field{"c.bin", bin});
+    EXPECT_TRUE(w->Write(s).ok());
+  }
+  EXPECT_TRUE(w->Close().ok());
+  return dir + "/manifest.jsonl";
+}
+
+TEST(LoaderFieldsTest, OptionalFieldsCarryAPresenceMask) {
+  TempDir dir;
+  const std::string manifest = WriteSparse(dir.path(), 30);
+  LoaderOptions o;
+  o.manifest = manifest;
+  o.batch_size = 5;
+  o.shuffle_buffer = 0;
+  FieldSpec b{"b.txt"};
+  b.optional = true;  // missing from the first sample: text, so its type is known
+  FieldSpec c{"c.bin"};
+  c.optional = true;
+  c.decode = FieldDecode::kRaw;
+  c.dtype = DType::kUint8;
+  c.shape = {4};
+  o.fields = {FieldSpec{"a.cls"}, b, c};
+  auto l = Loader::Create(o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  int64_t seen = 0, with_b = 0, with_c = 0;
+  while (true) {
+    auto batch = (*l)->next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (batch->empty()) break;
+    TensorView cls = batch->tensor("a.cls");
+    TensorView bt = batch->tensor("b.txt");
+    TensorView bp = batch->tensor("b.txt.present");
+    TensorView cb = batch->tensor("c.bin");
+    TensorView cp = batch->tensor("c.bin.present");
+    ASSERT_NE(bp.data, nullptr);
+    ASSERT_NE(cp.data, nullptr);
+    EXPECT_EQ(bp.dtype, DType::kBool);
+    for (int64_t r = 0; r < batch->rows(); ++r) {
+      const int64_t i = static_cast<const int64_t*>(cls.data)[r];
+      const bool has_b = static_cast<const uint8_t*>(bp.data)[r] != 0;
+      const bool has_c = static_cast<const uint8_t*>(cp.data)[r] != 0;
+      EXPECT_EQ(has_b, i % 3 == 1) << i;
+      EXPECT_EQ(has_c, i % 2 == 0) << i;
+      EXPECT_EQ(bt.bytes(r), has_b ? "text " + std::to_string(i) : "") << i;
+      const uint8_t* cv = static_cast<const uint8_t*>(cb.data) + 4 * r;
+      EXPECT_EQ(cv[3], has_c ? static_cast<uint8_t>(i) : 0) << i;
+      with_b += has_b;
+      with_c += has_c;
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 30);
+  EXPECT_EQ(with_b, 10);
+  EXPECT_EQ(with_c, 15);
+}
+
+TEST(LoaderFieldsTest, OptionalNpyMissingFromTheFirstSampleNamesTheFix) {
+  TempDir dir;
+  ShardWriterOptions wo;
+  auto w = *ShardWriter::Create(dir.path(), wo);
+  for (int i = 0; i < 4; ++i) {
+    Sample s;
+    s.key = "k" + std::to_string(i);
+    std::string cls = std::to_string(i);
+    s.fields.push_back(Field{"cls", cls});
+    ASSERT_TRUE(w->Write(s).ok());
+  }
+  ASSERT_TRUE(w->Close().ok());
+  LoaderOptions o;
+  o.manifest = dir.Join("manifest.jsonl");
+  FieldSpec x{"x.npy"};
+  x.optional = true;
+  o.fields = {FieldSpec{"cls"}, x};
+  auto l = *Loader::Create(o);
+  auto b = l->next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kConfig);
+  EXPECT_NE(b.status().message().find("decode \"raw\""), std::string::npos) << b.status();
+}
+
+}  // namespace
+}  // namespace shardstream
