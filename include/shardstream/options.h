@@ -1,7 +1,7 @@
 // Options of the Loader (loader.h): what to read, how to split it among
 // consumers, how to shuffle, decode and batch it, and how many threads and
 // how much memory to use. Every field has a documented default; only
-// `manifest` (or a brace pattern in it) must be set.
+// `manifest` (or `inputs`) must be set.
 //
 // Thread-safety: a plain value.
 #ifndef SHARDSTREAM_OPTIONS_H_
@@ -62,9 +62,18 @@ struct TokenOptions {
 
 struct LoaderOptions {
   // --- data ---
-  // A manifest url (.jsonl, .csv, .json) or a brace pattern
-  // ("data-{000000..000099}.tar"). Required.
+  // The data set: a manifest url (.jsonl, .csv, .json), a brace pattern
+  // ("data-{000000..000099}.tar"), one shard (.tar, .tar.zst, .tar.gz) or a
+  // directory (prefix) of shards; see dataset_inputs.h. This or `inputs` is
+  // required.
   std::string manifest;
+  // More inputs of the kinds `manifest` takes, read after it (e.g. a list of
+  // shards). Default: empty.
+  std::vector<std::string> inputs;
+  // Learn unknown sample counts (no manifest) from the shards' sidecar
+  // indexes, building and writing them for local shards, so the plan splits
+  // samples exactly once; false balances shards instead. Default: true.
+  bool learn_sample_counts = true;
   // Where urls are opened. Default: null (DefaultSource()).
   Source* source = nullptr;
   // Shards are read through this node-local cache when set (shared with

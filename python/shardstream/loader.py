@@ -1,4 +1,4 @@
-"""The Loader: a manifest (or brace pattern) in, batches of NumPy arrays out.
+"""The Loader: a data set (manifest, shards, directory or pattern) in, batches of NumPy arrays out.
 
 Reading, shuffling, decoding and batching happen on C++ threads that start at
 the first ``next()``; the arrays of a batch are views over a pooled (pinned
@@ -79,7 +79,22 @@ def normalize_fields(fields: FieldsArg) -> List[Dict[str, Any]]:
     return out
 
 
-def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapping[str, Any]] = None,
+UrlsArg = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+
+def _inputs(urls: UrlsArg) -> List[str]:
+    """The data set inputs as a list of url strings (see :class:`Loader`)."""
+    if isinstance(urls, (str, bytes, os.PathLike)):
+        return [os.fsdecode(urls)]
+    if isinstance(urls, Sequence):
+        out = [os.fsdecode(u) for u in urls]
+        if not out:
+            raise _core_config_error("no data set given: the list of shards is empty")
+        return out
+    raise TypeError(f"urls: expected a path, url or list of them, not {type(urls).__name__}")
+
+
+def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[Mapping[str, Any]] = None,
                    batch_size: int = 32, shuffle: bool = True, shuffle_buffer: Optional[int] = None,
                    shuffle_size: Optional[int] = None, shuffle_initial: Optional[int] = None,
                    seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
@@ -92,7 +107,8 @@ def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapp
                    variable_bytes: Union[int, str, None] = None,
                    read_chunk: Union[int, str, None] = None, shard_queue: Optional[int] = None,
                    engine: Optional[str] = None, log_interval_s: Optional[float] = None,
-                   direct_reads: bool = True) -> Dict[str, Any]:
+                   direct_reads: bool = True,
+                   learn_sample_counts: bool = True) -> Dict[str, Any]:
     """The native options dict for these keyword arguments (see :class:`Loader`)."""
     if shuffle_buffer is not None and shuffle_size is not None and shuffle_buffer != shuffle_size:
         raise _core_config_error("give shuffle_buffer or its alias shuffle_size, not both")
@@ -106,7 +122,7 @@ def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapp
             if k in tok:
                 tok[k] = _dtype_text(tok[k])
     opts: Dict[str, Any] = {
-        "manifest": os.fspath(urls), "fields": normalize_fields(fields), "tokens": tok,
+        "manifest": "", "inputs": _inputs(urls), "fields": normalize_fields(fields), "tokens": tok,
         "batch_size": batch_size, "shuffle_buffer": buf, "shuffle_initial": shuffle_initial,
         "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size, "worker": worker,
         "num_workers": num_workers, "drop_last": drop_last, "pad_remainder": pad_remainder,
@@ -114,7 +130,7 @@ def loader_options(urls: str, *, fields: FieldsArg = None, tokens: Optional[Mapp
         "pinned": pinned, "error_policy": error_policy, "memory_budget": parse_size(memory_budget),
         "variable_bytes": parse_size(variable_bytes), "read_chunk": parse_size(read_chunk),
         "shard_queue": shard_queue, "engine": engine, "log_interval_s": log_interval_s,
-        "direct_reads": direct_reads,
+        "direct_reads": direct_reads, "learn_sample_counts": learn_sample_counts,
     }
     if cache_dir is not None:
         limit = parse_size(cache_limit)
@@ -144,7 +160,11 @@ class Loader:
     """Batches of one consumer's part of a data set, as dicts of NumPy arrays.
 
     ``urls`` is a manifest (.jsonl, .csv, .json; local path, file://, http(s)://,
-    s3://) or a brace pattern such as ``"data-{000000..000099}.tar"``. Each
+    s3://), a brace pattern such as ``"data-{000000..000099}.tar"``, one shard
+    (.tar, .tar.zst, .tar.gz), a directory or s3:// prefix of shards, or a list
+    of any of these. Without a manifest the sample counts are learned from the
+    shards' ``.idx`` sidecars (built and written for local shards that lack
+    one: the first run reads them once), so the split stays exactly once. Each
     batch maps every field's output name to an array ``[batch, ...]`` (or a
     list of bytes/str for variable-length fields), plus ``__key__`` and
     ``__url__``: the samples' keys and shard urls, in row order.

@@ -134,6 +134,10 @@ LoaderOptions LoaderOptionsFromDict(const py::dict& d) {
     if (v.is_none()) continue;  // None: the documented default
     try {
       if (k == "manifest") o.manifest = v.cast<std::string>();
+      else if (k == "inputs") {
+        for (py::handle u : v) o.inputs.push_back(u.cast<std::string>());
+      }
+      else if (k == "learn_sample_counts") o.learn_sample_counts = v.cast<bool>();
       else if (k == "rank") o.rank = v.cast<int>();
       else if (k == "world_size") o.world_size = v.cast<int>();
       else if (k == "worker") o.worker = v.cast<int>();

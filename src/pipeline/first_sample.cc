@@ -34,7 +34,11 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
                           "them from: " + RedactUrl(first.resolved.empty() ? first.url
                                                                            : first.resolved));
   std::vector<FieldSpec> fields;
-  for (const Field& f : s.fields) fields.push_back(FieldSpec{f.name});
+  for (const Field& f : s.fields) {
+    FieldSpec spec;
+    spec.name = f.name;
+    fields.push_back(std::move(spec));
+  }
   if (fields.empty())
     return Status::Config("loader: no fields given, and the first sample ('" + s.key + "' in " +
                           s.url + ") has none");

@@ -13,6 +13,7 @@
 #include "pipeline/first_sample.h"
 #include "pipeline/loader_run.h"
 #include "pipeline/wait_histogram.h"
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/delivery_tracker.h"
 #include "shardstream/shard_split.h"
 #include "shardstream/url.h"
@@ -157,7 +158,8 @@ Loader::~Loader() { Stop(); }
 namespace {
 
 Status Validate(const LoaderOptions& o) {
-  if (o.manifest.empty()) return Status::Config("loader: no manifest or shard pattern given");
+  if (o.manifest.empty() && o.inputs.empty())
+    return Status::Config("loader: no data set given (a manifest, shards, a directory or a pattern)");
   if (o.batch_size < 1) return Status::Config("loader: batch_size must be >= 1");
   if (!o.tokens.field.empty()) {
     if (o.tokens.seq_len < 1) return Status::Config("loader: tokens.seq_len must be >= 1");
@@ -227,7 +229,13 @@ MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
 Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   SHARDSTREAM_RETURN_IF_ERROR(Validate(options));
   auto impl = std::make_unique<Impl>();
-  SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, LoadManifest(options.manifest, options.source));
+  std::vector<std::string> inputs;
+  if (!options.manifest.empty()) inputs.push_back(options.manifest);
+  inputs.insert(inputs.end(), options.inputs.begin(), options.inputs.end());
+  ResolveOptions ro;
+  ro.source = options.source;
+  ro.learn_counts = options.learn_sample_counts;
+  SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, ResolveDataset(inputs, ro));
   if (options.memory_budget > 0) {
     MemoryEstimate e = Estimate(options, impl->manifest);
     if (e.total() > options.memory_budget)

@@ -24,6 +24,7 @@
 
 #include "pipeline/fill_seq.h"
 #include "shardstream/decode.h"
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/loader.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/shard_writer.h"
@@ -308,7 +309,7 @@ int Run(const Args& a) {
     }
     if (a.manifest.empty()) return 0;
   }
-  auto manifest = LoadManifest(a.manifest);
+  auto manifest = ResolveDataset({a.manifest});
   auto chunk = ParseByteSize(a.chunk_size);
   if (!manifest.ok() || !chunk.ok()) {
     std::cerr << "bench-loader: " << (manifest.ok() ? chunk.status() : manifest.status()) << "\n";

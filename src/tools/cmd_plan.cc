@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
 #include "shardstream/resume_state.h"
 #include "shardstream/shard_split.h"
@@ -39,7 +40,10 @@ std::string RangeText(const ShardRange& r) {
 }
 
 int RunPlan(const PlanArgs& a) {
-  auto manifest = LoadManifest(a.manifest);
+  // A dry run: sample counts from existing indexes only, no shard is read.
+  ResolveOptions ro;
+  ro.build_indexes = false;
+  auto manifest = ResolveDataset({a.manifest}, ro);
   if (!manifest.ok()) {
     std::cerr << "shardstream plan: " << manifest.status() << "\n";
     return 1;

@@ -337,12 +337,24 @@ TEST(LoaderCancelTest, CancelFromAnotherThreadWakesABlockedNext) {
 namespace shardstream {
 namespace {
 
+TEST(LoaderPatternTest, BracePatternWithCountsLearnedSplitsSamples) {
+  TempDir data;
+  auto d = testing::WriteDataset(data.path(), DatasetSpec{3, 20});
+  LoaderOptions o = FieldOptions(data.path() + "/shard-{000000..000002}.tar");
+  o.world_size = 2;
+  auto loader = Loader::Create(o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ((*loader)->samples_per_epoch(), 30);  // from the shards' indexes
+  EXPECT_TRUE((*loader)->state().ok());
+}
+
 TEST(LoaderPatternTest, BracePatternReadsWholeShardsWithoutResumeState) {
   TempDir data;
   auto d = testing::WriteDataset(data.path(), DatasetSpec{3, 20});
   std::multiset<int64_t> all;
   for (int w = 0; w < 3; ++w) {
     LoaderOptions o = FieldOptions(data.path() + "/shard-{000000..000002}.tar");
+    o.learn_sample_counts = false;  // as for remote shards without an index
     o.num_workers = 3;
     o.worker = w;
     auto loader = Loader::Create(o);

@@ -249,14 +249,21 @@ def test_parse_size_is_the_one_parser_of_cli_and_cpp():
         shardstream.parse_size("12parsecs")
 
 
-def test_zstd_shards_and_brace_pattern_without_counts(tmp_path):
+def test_zstd_shards_and_brace_pattern(tmp_path):
     with shardstream.ShardWriter(str(tmp_path), max_samples=10, compression="zstd") as w:
         for i in range(30):
             w.write({"__key__": f"z{i:03d}", "tokens.npy": np.full(8, i, np.int16)})
     names = sorted(p for p in os.listdir(tmp_path) if p.endswith(".tar.zst"))
     assert names == [f"shard-{i:06d}.tar.zst" for i in range(3)]
     pattern = str(tmp_path / "shard-{000000..000002}.tar.zst")
+    # Counts learned from the compressed shards (indexes written beside them).
     with shardstream.Loader(pattern, fields=["tokens.npy"], batch_size=4, shuffle=False) as lo:
+        assert len(lo) == 8
+        rows = [int(r[0]) for b in lo for r in b["tokens.npy"]]
+    assert sorted(rows) == list(range(30))
+    # Without learning, the counts stay unknown and whole shards are split.
+    with shardstream.Loader(pattern, fields=["tokens.npy"], batch_size=4, shuffle=False,
+                            learn_sample_counts=False) as lo:
         with pytest.raises(TypeError, match="unknown"):
             len(lo)
         rows = [int(r[0]) for b in lo for r in b["tokens.npy"]]
@@ -329,3 +336,35 @@ def test_optional_field_has_a_presence_mask(tmp_path):
             seen += 1
     assert seen == 20
     loader.close()
+
+
+def test_inputs_as_webdataset_users_write_them(tmp_path, total):
+    # A single shard, a list of shards, a directory, a brace pattern: no
+    # manifest needed; sample counts are learned (and kept in .idx sidecars),
+    # so len() and exactly-once splitting work.
+    from conftest import make_shards
+    out = tmp_path / "shards"
+    make_shards(str(out))
+    os.remove(out / "manifest.jsonl")
+    shards = sorted(str(p) for p in out.glob("*.tar"))
+    one = shardstream.Loader(shards[0], fields=["cls"], batch_size=5, shuffle=False)
+    assert one.samples_per_epoch == 25 and len(one) == 5
+    assert os.path.exists(shards[0] + ".idx")
+    one.close()
+    for urls in (shards[:3], out, str(out) + "/", str(out / "shard-{000000..000007}.tar")):
+        keys = []
+        for rank in range(2):
+            ld = shardstream.Loader(urls, fields=["cls"], batch_size=5, rank=rank, world_size=2)
+            assert ld.samples_per_epoch > 0
+            keys += [k for b in ld for k in b["__key__"]]
+            ld.close()
+        want = 74 if isinstance(urls, list) else total  # 75 over 2 ranks: one dropped
+        assert len(keys) == len(set(keys)) == want, urls
+    with pytest.raises(shardstream.NotFoundError, match="no shards"):
+        shardstream.Loader(str(tmp_path), fields=["cls"])
+    with pytest.raises(shardstream.NotFoundError):
+        shardstream.Loader(str(tmp_path / "missing.tar"), fields=["cls"]).next()
+    with pytest.raises(shardstream.ConfigError, match="named twice"):
+        shardstream.Loader([shards[0], shards[0]], fields=["cls"])
+    with pytest.raises(shardstream.ConfigError, match="empty"):
+        shardstream.Loader([], fields=["cls"])

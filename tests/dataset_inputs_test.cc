@@ -1,0 +1,170 @@
+// ResolveDataset: a shard, a directory, a pattern, a manifest or a list of
+// them; sample counts learned from (and kept in) sidecar indexes, so a loader
+// without a manifest still splits samples exactly once.
+#include "shardstream/dataset_inputs.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "shardstream/loader.h"
+#include "shardstream/shard_index.h"
+#include "shardstream/shard_writer.h"
+#include "support/loader_fixture.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::TempDir;
+
+// Shards of `per` samples each ("k<n>" with a "cls"); no manifest, no indexes.
+std::vector<std::string> WriteBareShards(const std::string& dir, int shards, int per) {
+  ShardWriterOptions wo;
+  wo.max_samples = static_cast<uint64_t>(per);
+  wo.manifest_name = "";
+  auto w = *ShardWriter::Create(dir, wo);
+  for (int i = 0; i < shards * per; ++i) {
+    Sample s;
+    s.key = "k" + std::to_string(100000 + i);
+    std::string cls = std::to_string(i);
+    s.fields.push_back(Field{"cls", cls});
+    EXPECT_TRUE(w->Write(s).ok());
+  }
+  EXPECT_TRUE(w->Close().ok());
+  std::vector<std::string> out;
+  for (int i = 0; i < shards; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "/shard-%06d.tar", i);
+    out.push_back(dir + name);
+  }
+  return out;
+}
+
+TEST(DatasetInputsTest, KindsByName) {
+  EXPECT_TRUE(IsShardUrl("a/b.tar"));
+  EXPECT_TRUE(IsShardUrl("s3://b/x.tar.zst"));
+  EXPECT_TRUE(IsShardUrl("https://h/x.TAR.GZ?sig=1"));
+  EXPECT_TRUE(IsShardUrl("x.tgz"));
+  EXPECT_FALSE(IsShardUrl("x.tar.idx"));
+  EXPECT_FALSE(IsShardUrl("manifest.jsonl"));
+  EXPECT_TRUE(IsManifestUrl("m.jsonl"));
+  EXPECT_TRUE(IsManifestUrl("https://h/m.csv?x=1"));
+  EXPECT_FALSE(IsManifestUrl("data/"));
+}
+
+TEST(DatasetInputsTest, OneShardLearnsItsCountAndKeepsTheIndex) {
+  TempDir dir;
+  auto shards = WriteBareShards(dir.path(), 2, 7);
+  ASSERT_FALSE(std::filesystem::exists(IndexUrlFor(shards[0])));
+  auto m = ResolveDataset({shards[0]});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards.size(), 1u);
+  EXPECT_EQ(m->shards[0].nsamples, 7);
+  EXPECT_EQ(m->shards[0].size, static_cast<int64_t>(std::filesystem::file_size(shards[0])));
+  EXPECT_TRUE(std::filesystem::exists(IndexUrlFor(shards[0])));
+  // The next resolve reads the sidecar (same fingerprint, no rebuild).
+  const auto written = std::filesystem::last_write_time(IndexUrlFor(shards[0]));
+  auto again = ResolveDataset({shards[0]});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->Fingerprint(), m->Fingerprint());
+  EXPECT_EQ(std::filesystem::last_write_time(IndexUrlFor(shards[0])), written);
+  // Counts left unknown on request.
+  ResolveOptions off;
+  off.learn_counts = false;
+  EXPECT_EQ(ResolveDataset({shards[1]}, off)->shards[0].nsamples, -1);
+}
+
+TEST(DatasetInputsTest, DirectoryListsItsShardsInNameOrder) {
+  TempDir dir;
+  auto shards = WriteBareShards(dir.path(), 3, 5);
+  testing::WriteFile(dir.Join("README.txt"), "not a shard");
+  std::filesystem::create_directories(dir.Join("sub.tar"));  // a directory, not a shard
+  auto m = ResolveDataset({dir.path()});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(m->shards[i].resolved, shards[i]);
+    EXPECT_EQ(m->shards[i].nsamples, 5);
+  }
+  EXPECT_EQ(m->TotalSamples(), 15);
+  TempDir empty;
+  auto none = ResolveDataset({empty.path()});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("no shards"), std::string::npos) << none.status();
+  auto missing = ResolveDataset({dir.Join("nope")});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status();
+}
+
+TEST(DatasetInputsTest, ListsMixKindsInOrderAndRefuseDuplicates) {
+  TempDir dir;
+  auto shards = WriteBareShards(dir.path(), 4, 3);
+  const std::string pattern = dir.path() + "/shard-{000002..000003}.tar";
+  auto m = ResolveDataset({shards[1], pattern, shards[0]});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards.size(), 4u);
+  EXPECT_EQ(m->shards[0].resolved, shards[1]);
+  EXPECT_EQ(m->shards[1].resolved, shards[2]);
+  EXPECT_EQ(m->shards[2].resolved, shards[3]);
+  EXPECT_EQ(m->shards[3].resolved, shards[0]);
+  EXPECT_EQ(m->TotalSamples(), 12);
+  auto twice = ResolveDataset({shards[2], pattern});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().code(), StatusCode::kConfig);
+  EXPECT_NE(twice.status().message().find("named twice"), std::string::npos);
+  EXPECT_EQ(ResolveDataset({}).status().code(), StatusCode::kConfig);
+  EXPECT_EQ(ResolveDataset({""}).status().code(), StatusCode::kConfig);
+}
+
+TEST(DatasetInputsTest, DamagedShardWithoutIndexNamesTheShard) {
+  TempDir dir;
+  auto shards = WriteBareShards(dir.path(), 2, 4);
+  std::string bytes = testing::ReadFile(shards[1]);
+  bytes.resize(700);  // cut inside the second member
+  testing::WriteFile(shards[1], bytes);
+  auto m = ResolveDataset({dir.path()});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().ToString().find("shard-000001.tar"), std::string::npos) << m.status();
+}
+
+TEST(DatasetInputsTest, LoaderOverADirectorySplitsSamplesExactlyOnce) {
+  TempDir dir;
+  WriteBareShards(dir.path(), 5, 9);  // 45 samples, uneven over 4 consumers
+  std::multiset<std::string> keys;
+  int64_t per = -1;
+  for (int c = 0; c < 4; ++c) {
+    LoaderOptions o;
+    o.manifest = dir.path();
+    o.fields = {FieldSpec{"cls"}};
+    o.batch_size = 4;
+    o.world_size = 2;
+    o.rank = c / 2;
+    o.num_workers = 2;
+    o.worker = c % 2;
+    o.pad_remainder = true;
+    auto l = Loader::Create(o);
+    ASSERT_TRUE(l.ok()) << l.status();
+    const int64_t n = (*l)->samples_per_epoch();
+    ASSERT_GT(n, 0);  // counts known: samples, not shards, are split
+    if (per >= 0) EXPECT_EQ(n, per);
+    per = n;
+    int64_t got = 0;
+    while (true) {
+      auto b = (*l)->next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (b->empty()) break;
+      for (int64_t i = 0; i < b->num_samples(); ++i) keys.insert(std::string(b->key(i)));
+      got += b->rows();
+    }
+    EXPECT_EQ(got, n);
+  }
+  std::set<std::string> distinct(keys.begin(), keys.end());
+  EXPECT_EQ(distinct.size(), 45u);          // every sample
+  EXPECT_EQ(keys.size(), 48u);              // plus 3 padding copies for equal shares
+  EXPECT_EQ(per, 12);
+}
+
+}  // namespace
+}  // namespace shardstream
