@@ -60,6 +60,15 @@ struct TokenOptions {
   bool document_metadata = true;
 };
 
+enum class LoaderMode {
+  kTrain,  // seeded shard order, sample shuffle, equal counts (drop or pad)
+  // Shards and samples in manifest order, no shuffle; every sample exactly
+  // once over all consumers, none dropped or padded: consumer c (rank x
+  // worker) reads the c-th contiguous span, and spans differ by at most one
+  // sample (so ranks may differ by one batch). For validation and inference.
+  kEval,
+};
+
 struct LoaderOptions {
   // --- data ---
   // The data set: a manifest url (.jsonl, .csv, .json), a brace pattern
@@ -90,6 +99,10 @@ struct LoaderOptions {
   // Pad (true) instead of drop (false) the samples left over when the epoch
   // does not divide evenly among consumers. Default: false.
   bool pad_remainder = false;
+  // kEval reads in manifest order, exactly once, without drop or pad (see
+  // LoaderMode); it ignores shuffle_buffer and refuses drop_last and
+  // pad_remainder. Default: kTrain.
+  LoaderMode mode = LoaderMode::kTrain;
   // Samples held for shuffling; 0 or 1 disables the sample shuffle (shards
   // are still read in the plan's seeded order). Default: 1000.
   int64_t shuffle_buffer = 1000;

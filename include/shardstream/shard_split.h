@@ -52,6 +52,10 @@ struct ShardRange {
 enum class Remainder {
   kDrop,  // every consumer gets floor(N / consumers); the rest is not read this epoch
   kPad,   // every consumer gets ceil(N / consumers); the first samples are read twice
+  // Nothing dropped or read twice: consumer c gets positions
+  // [c * N / consumers, (c + 1) * N / consumers), so counts differ by at most
+  // one (evaluation, inference). Not with node_local.
+  kSpread,
 };
 
 struct PlanOptions {
@@ -66,6 +70,9 @@ struct PlanOptions {
   // a multiple), once for all epochs. Default: false
   bool node_local = false;
   int local_world_size = 0;  // ranks per node; required by node_local. Default: 0
+  // Shards in manifest order instead of a seeded shuffle (evaluation). Not
+  // with node_local. Default: false
+  bool in_order = false;
 };
 
 // One consumer's part of the epoch.
@@ -74,8 +81,8 @@ struct ConsumerPlan {
   int worker = 0;
   int64_t consumer = 0;       // rank * num_workers + worker
   int64_t num_consumers = 0;  // world_size * num_workers
-  // Samples this consumer reads (the same for every consumer); -1 when the
-  // manifest's sample counts are unknown.
+  // Samples this consumer reads (the same for every consumer but under
+  // Remainder::kSpread); -1 when the manifest's sample counts are unknown.
   int64_t num_samples = 0;
   std::vector<ShardRange> ranges;
   // What the plan cannot guarantee; empty when counts are known. With unknown

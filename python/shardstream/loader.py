@@ -108,12 +108,12 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
                    read_chunk: Union[int, str, None] = None, shard_queue: Optional[int] = None,
                    engine: Optional[str] = None, log_interval_s: Optional[float] = None,
                    direct_reads: bool = True,
-                   learn_sample_counts: bool = True) -> Dict[str, Any]:
+                   learn_sample_counts: bool = True, mode: str = "train") -> Dict[str, Any]:
     """The native options dict for these keyword arguments (see :class:`Loader`)."""
     if shuffle_buffer is not None and shuffle_size is not None and shuffle_buffer != shuffle_size:
         raise _core_config_error("give shuffle_buffer or its alias shuffle_size, not both")
     buf = shuffle_buffer if shuffle_buffer is not None else shuffle_size
-    if not shuffle:
+    if not shuffle or mode == "eval":
         buf = 0
     tok = None
     if tokens is not None:
@@ -130,7 +130,7 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
         "pinned": pinned, "error_policy": error_policy, "memory_budget": parse_size(memory_budget),
         "variable_bytes": parse_size(variable_bytes), "read_chunk": parse_size(read_chunk),
         "shard_queue": shard_queue, "engine": engine, "log_interval_s": log_interval_s,
-        "direct_reads": direct_reads, "learn_sample_counts": learn_sample_counts,
+        "direct_reads": direct_reads, "learn_sample_counts": learn_sample_counts, "mode": mode,
     }
     if cache_dir is not None:
         limit = parse_size(cache_limit)

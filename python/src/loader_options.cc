@@ -145,6 +145,12 @@ LoaderOptions LoaderOptionsFromDict(const py::dict& d) {
       else if (k == "seed") o.seed = v.cast<uint64_t>();
       else if (k == "epoch") o.epoch = v.cast<int64_t>();
       else if (k == "pad_remainder") o.pad_remainder = v.cast<bool>();
+      else if (k == "mode") {
+        const std::string m = v.cast<std::string>();
+        if (m == "train") o.mode = LoaderMode::kTrain;
+        else if (m == "eval") o.mode = LoaderMode::kEval;
+        else Bad("mode '" + m + "': expected train or eval");
+      }
       else if (k == "shuffle_buffer") o.shuffle_buffer = v.cast<int64_t>();
       else if (k == "shuffle_initial") o.shuffle_initial = v.cast<int64_t>();
       else if (k == "batch_size") o.batch_size = v.cast<int64_t>();

@@ -126,6 +126,10 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
   po.num_workers = opt.num_workers;
   po.worker = opt.worker;
   po.remainder = opt.pad_remainder ? Remainder::kPad : Remainder::kDrop;
+  if (opt.mode == LoaderMode::kEval) {
+    po.in_order = true;
+    po.remainder = Remainder::kSpread;
+  }
   SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(manifest, po, resume));
   tracker = std::make_unique<DeliveryTracker>(plan);
   pending.clear();
@@ -169,6 +173,9 @@ Status Validate(const LoaderOptions& o) {
   if (o.fields.size() > 64) return Status::Config("loader: at most 64 fields");
   for (const FieldSpec& f : o.fields)
     if (f.name.empty()) return Status::Config("loader: a field spec has no name");
+  if (o.mode == LoaderMode::kEval && (o.drop_last || o.pad_remainder))
+    return Status::Config("loader: eval mode reads every sample once: drop_last and "
+                          "pad_remainder must be false");
   if (o.prefetch < 1) return Status::Config("loader: prefetch must be >= 1");
   if (o.reader_threads < 1) return Status::Config("loader: reader_threads must be >= 1");
   if (o.read_chunk < (size_t{64} << 10)) return Status::Config("loader: read_chunk must be >= 64 KiB");
@@ -253,6 +260,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     urls->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
   impl->urls = std::move(urls);
   impl->opt = std::move(options);
+  if (impl->opt.mode == LoaderMode::kEval) impl->opt.shuffle_buffer = 0;  // manifest order
   SHARDSTREAM_RETURN_IF_ERROR(impl->Plan(nullptr, impl->opt.epoch));
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }

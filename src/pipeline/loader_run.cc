@@ -319,7 +319,17 @@ Status LoaderRun::Advance(int* want) {
         static_cast<size_t>(opt_.shuffle_initial < 0 ? opt_.shuffle_buffer : opt_.shuffle_initial),
         seed, kShuffleStream);
   }
+  const bool in_order = opt_.mode == LoaderMode::kEval;
   while (!stop_.load() && !draining_) {
+    if (picked_ < 0 && in_order) {
+      // Manifest order: the lane of the next range (range j is on lane
+      // j % lanes, and each lane yields its ranges in order).
+      if (next_range_ >= lanes_->num_ranges()) {
+        draining_ = true;
+        break;
+      }
+      picked_ = static_cast<int>(next_range_ % static_cast<size_t>(nl));
+    }
     if (picked_ < 0) {
       int64_t total = 0;
       for (int64_t w : weight_) total += w;
@@ -340,7 +350,7 @@ Status LoaderRun::Advance(int* want) {
     DirectCursor& cur = direct_[lu];
     if (cur.left > 0) {  // a direct range in progress: its next document
       if (known_) --weight_[lu];
-      picked_ = -1;
+      if (!in_order) picked_ = -1;
       SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
       continue;
     }
@@ -351,14 +361,18 @@ Status LoaderRun::Advance(int* want) {
     }
     if (item->kind == LaneItem::kError) return item->status;
     if (item->kind == LaneItem::kEnd) {
-      if (++ends_seen_[lu] == lanes_->lane_ranges(picked_).size()) {
+      if (in_order) {
+        ++next_range_;
+        picked_ = -1;
+      }
+      if (++ends_seen_[lu] == lanes_->lane_ranges(static_cast<int>(lu)).size()) {
         weight_[lu] = 0;
         picked_ = -1;
       }
       continue;
     }
     if (known_) --weight_[lu];
-    picked_ = -1;
+    if (!in_order) picked_ = -1;
     if (item->kind == LaneItem::kDirect) {
       // Only without a shuffle buffer (RunConfig): documents go in order.
       // Moved out: a ring slot is refilled only a ring of items later, and

@@ -102,6 +102,8 @@ class LoaderRun {
   std::vector<FieldRef> refs_;
   // The first sample of the run was checked for the fields asked for.
   bool first_checked_ = false;
+  // Eval mode: the plan range being read (ranges are taken in order).
+  size_t next_range_ = 0;
   std::atomic<bool> stop_{false};
   // Assembler state, kept between steps (the step's worker changes).
   bool known_ = false;

@@ -47,6 +47,7 @@ class SHARDSTREAM_EXPORT ShardLanes {
   // Indices into the ranges, in the order lane `l` reads them.
   const std::vector<size_t>& lane_ranges(int l) const { return lanes_[l]->reader->ranges(); }
   const LaneRange& range(size_t i) const { return ranges_[i]; }
+  size_t num_ranges() const { return ranges_.size(); }
 
   void Start();
   // Lane l's next item, or nullptr when it has none yet. The item is the

@@ -46,14 +46,16 @@ std::vector<std::vector<uint32_t>> AssignNodes(const std::vector<int64_t>& count
 }
 
 std::vector<Segment> BuildSegments(const std::vector<int64_t>& counts, uint64_t seed,
-                                   int64_t epoch, int64_t nodes) {
+                                   int64_t epoch, int64_t nodes, bool in_order) {
   std::vector<std::vector<uint32_t>> assigned = AssignNodes(counts, seed, nodes);
   std::vector<Segment> segments(assigned.size());
   for (size_t j = 0; j < assigned.size(); ++j) {
     Segment& seg = segments[j];
     seg.order = std::move(assigned[j]);
-    Xoshiro256 rng(DeriveSeed(seed, Domain::kShardOrder, static_cast<uint64_t>(epoch), j));
-    FisherYates(seg.order.data(), seg.order.size(), rng);
+    if (!in_order) {
+      Xoshiro256 rng(DeriveSeed(seed, Domain::kShardOrder, static_cast<uint64_t>(epoch), j));
+      FisherYates(seg.order.data(), seg.order.size(), rng);
+    }
     seg.prefix.resize(seg.order.size() + 1);
     seg.prefix[0] = 0;
     for (size_t i = 0; i < seg.order.size(); ++i)

@@ -27,7 +27,8 @@ std::vector<std::vector<uint32_t>> AssignNodes(const std::vector<int64_t>& count
 // The epoch's segments: node j's shards (all shards when nodes == 1) shuffled
 // by Fisher-Yates with DeriveSeed(seed, kShardOrder, epoch, j).
 std::vector<Segment> BuildSegments(const std::vector<int64_t>& counts, uint64_t seed,
-                                   int64_t epoch, int64_t nodes);
+                                   int64_t epoch, int64_t nodes,
+                                   bool in_order = false);
 
 // Appends the ranges of positions [a, b) to `out`. Segment j holds positions
 // [j * segment_length, (j + 1) * segment_length); position q within it is

@@ -45,6 +45,8 @@ Status CheckOptions(const PlanOptions& o) {
     return Status::Config("plan: worker " + std::to_string(o.worker) + " outside num_workers " +
                           std::to_string(o.num_workers));
   if (o.epoch < 0) return Status::Config("plan: epoch must be >= 0");
+  if (o.node_local && (o.in_order || o.remainder == Remainder::kSpread))
+    return Status::Config("plan: node_local does not combine with in-order (evaluation) plans");
   if (o.node_local && (o.local_world_size < 1 || o.world_size % o.local_world_size != 0))
     return Status::Config("plan: node_local needs local_world_size >= 1 dividing world_size " +
                           std::to_string(o.world_size) + " (got " +
@@ -103,6 +105,7 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
   }
   const int64_t consumers = static_cast<int64_t>(options.world_size) * options.num_workers;
   const bool pad = options.remainder == Remainder::kPad;
+  const bool spread = options.remainder == Remainder::kSpread;
 
   if (resume != nullptr) {
     if (!impl->counts_known)
@@ -126,7 +129,8 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
         return Status::Config("plan: the resume state's delivered interval [" +
                               std::to_string(a) + ", " + std::to_string(b) +
                               ") is outside its epoch");
-    impl->segments = internal::BuildSegments(*counts, options.seed, options.epoch, resume->nodes);
+    impl->segments = internal::BuildSegments(*counts, options.seed, options.epoch, resume->nodes,
+                                             options.in_order);
     impl->segment_length = resume->segment_length;
     for (const auto& seg : impl->segments)
       if (seg.samples() == 0 && impl->segment_length > 0)
@@ -144,15 +148,20 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
   } else {
     const int64_t nodes = options.node_local ? options.world_size / options.local_world_size : 1;
     const int64_t per_node = consumers / nodes;
-    impl->segments = internal::BuildSegments(*counts, options.seed, options.epoch, nodes);
-    // Every consumer must get the same count, so the smallest (drop) or the
-    // largest (pad) node sets it.
-    int64_t n = pad ? 0 : std::numeric_limits<int64_t>::max();
-    for (const auto& seg : impl->segments) {
-      int64_t k = pad ? CeilDiv(seg.samples(), per_node) : seg.samples() / per_node;
-      n = pad ? std::max(n, k) : std::min(n, k);
+    impl->segments = internal::BuildSegments(*counts, options.seed, options.epoch, nodes,
+                                             options.in_order);
+    if (spread) {
+      impl->segment_length = impl->segments[0].samples();  // one node (CheckOptions)
+    } else {
+      // Every consumer must get the same count, so the smallest (drop) or
+      // the largest (pad) node sets it.
+      int64_t n = pad ? 0 : std::numeric_limits<int64_t>::max();
+      for (const auto& seg : impl->segments) {
+        int64_t k = pad ? CeilDiv(seg.samples(), per_node) : seg.samples() / per_node;
+        n = pad ? std::max(n, k) : std::min(n, k);
+      }
+      impl->segment_length = n * per_node;
     }
-    impl->segment_length = n * per_node;
     for (size_t j = 0; j < impl->segments.size(); ++j) {
       // An empty node would leave its ranks idle (pad) or zero every
       // consumer's count (drop): refuse rather than plan an empty epoch.
@@ -176,7 +185,9 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
   for (size_t k = 0; k < impl->todo.size(); ++k)
     impl->todo_prefix[k + 1] = impl->todo_prefix[k] + impl->todo[k].second - impl->todo[k].first;
   const int64_t m = impl->todo_total();
-  if (resume != nullptr) {
+  if (spread) {
+    impl->per_consumer = CeilDiv(m, consumers);  // the most any consumer gets
+  } else if (resume != nullptr) {
     impl->per_consumer = pad ? CeilDiv(m, consumers) : m / consumers;
     impl->dropped = m - std::min(m, impl->per_consumer * consumers);
     impl->padded = std::max<int64_t>(0, impl->per_consumer * consumers - m);
@@ -204,7 +215,13 @@ ConsumerPlan EpochPlan::Consumer(int rank, int worker) const {
   plan.base = im.base;
   const int64_t m = im.todo_total();
   int64_t u = plan.consumer * im.per_consumer;
-  const int64_t end = u + im.per_consumer;
+  int64_t end = u + im.per_consumer;
+  if (im.options.remainder == Remainder::kSpread) {
+    // Contiguous spans whose sizes differ by at most one; nothing repeats.
+    u = plan.consumer * m / plan.num_consumers;
+    end = (plan.consumer + 1) * m / plan.num_consumers;
+    if (im.counts_known) plan.num_samples = end - u;
+  }
   // Offsets past m exist only when a resumed epoch is padded: they wrap to
   // the start of the todo list as repeats.
   while (u < end) {
@@ -297,7 +314,8 @@ ConsumerPlan SingleConsumer(const std::vector<int64_t>& counts, const std::strin
 Result<ConsumerPlan> PlanConsumer(const std::vector<int64_t>& nsamples,
                                   const std::string& fingerprint, const PlanOptions& options,
                                   const ResumeState* resume) {
-  if (resume == nullptr && !options.node_local && !nsamples.empty() &&
+  if (resume == nullptr && !options.node_local && !options.in_order &&
+      options.remainder != Remainder::kSpread && !nsamples.empty() &&
       nsamples.size() <= std::numeric_limits<uint32_t>::max()) {
     SHARDSTREAM_RETURN_IF_ERROR(CheckOptions(options));
     int64_t total = 0;

@@ -368,3 +368,22 @@ def test_inputs_as_webdataset_users_write_them(tmp_path, total):
         shardstream.Loader([shards[0], shards[0]], fields=["cls"])
     with pytest.raises(shardstream.ConfigError, match="empty"):
         shardstream.Loader([], fields=["cls"])
+
+
+def test_eval_mode_reads_manifest_order_exactly_once(manifest, total):
+    # Validation and inference: in order, nothing dropped or padded, ranks may
+    # differ by one batch.
+    keys, batches = [], []
+    for rank in range(3):
+        with shardstream.Loader(manifest, fields=["cls"], batch_size=7, mode="eval", rank=rank,
+                                world_size=3, seed=5) as ld:
+            mine = [k for b in ld for k in b["__key__"]]
+            assert ld.samples_per_epoch == len(mine)
+            batches.append(len(ld))
+            keys += mine
+    assert keys == [f"s{i:06d}" for i in range(total)]
+    assert max(batches) - min(batches) <= 1
+    with pytest.raises(shardstream.ConfigError, match="drop_last"):
+        shardstream.Loader(manifest, fields=["cls"], mode="eval", drop_last=True)
+    with pytest.raises(shardstream.ConfigError, match="mode"):
+        shardstream.Loader(manifest, fields=["cls"], mode="evaluate")
