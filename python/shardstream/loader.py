@@ -109,7 +109,11 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
                    engine: Optional[str] = None, log_interval_s: Optional[float] = None,
                    direct_reads: bool = True,
                    learn_sample_counts: bool = True, mode: str = "train") -> Dict[str, Any]:
-    """The native options dict for these keyword arguments (see :class:`Loader`)."""
+    """The native options dict for these keyword arguments (see :class:`Loader`).
+
+    Each keyword is a row of :data:`shardstream.options.OPTIONS` (its default
+    and help; docs/options.md); None means that row's default.
+    """
     if shuffle_buffer is not None and shuffle_size is not None and shuffle_buffer != shuffle_size:
         raise _core_config_error("give shuffle_buffer or its alias shuffle_size, not both")
     buf = shuffle_buffer if shuffle_buffer is not None else shuffle_size

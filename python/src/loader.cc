@@ -303,6 +303,8 @@ void RegisterLoader(py::module_& m) {
         return ValueOrThrow(MergeLoaderStates(states)).ToJson();
       },
       py::arg("states"), "Joins the JSON states of one epoch's consumers into one.");
+  m.def("loader_option_defaults", &LoaderOptionDefaults,
+        "Every native loader option with its C++ default (None where Python builds it).");
   m.def(
       "merge_own_states",
       [](const std::vector<std::string>& jsons) {

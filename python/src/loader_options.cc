@@ -3,7 +3,9 @@
 // silently falls back to a default.
 #include "loader_options.h"
 
+#include <algorithm>
 #include <set>
+#include <vector>
 #include <string>
 #include <utility>
 
@@ -124,70 +126,134 @@ std::shared_ptr<ShardCache> CacheOf(const py::dict& d) {
   return std::shared_ptr<ShardCache>(std::move(cache));
 }
 
+// One row per option the Python layer may pass: how to set it from a Python
+// value, and its C++ default as Python sees it (None where Python builds the
+// value: fields, tokens, cache). Python's option table (shardstream/options.py)
+// is checked against these rows by the tests, so the two cannot drift.
+struct OptionRow {
+  const char* name;
+  void (*set)(LoaderOptions&, py::handle);
+  py::object (*get)(const LoaderOptions&);
+};
+
+py::object NoneOf(const LoaderOptions&) { return py::none(); }
+
+#define SS_SCALAR(field, type)                                                        \
+  OptionRow {                                                                         \
+    #field, [](LoaderOptions& o, py::handle v) { o.field = v.cast<type>(); },         \
+        [](const LoaderOptions& o) -> py::object { return py::cast(o.field); }        \
+  }
+
+const std::vector<OptionRow>& OptionRows() {
+  static const std::vector<OptionRow> rows = {
+      {"manifest", [](LoaderOptions& o, py::handle v) { o.manifest = v.cast<std::string>(); },
+       NoneOf},
+      {"inputs",
+       [](LoaderOptions& o, py::handle v) {
+         for (py::handle u : v) o.inputs.push_back(u.cast<std::string>());
+       },
+       NoneOf},
+      SS_SCALAR(learn_sample_counts, bool),
+      SS_SCALAR(rank, int),
+      SS_SCALAR(world_size, int),
+      SS_SCALAR(worker, int),
+      SS_SCALAR(num_workers, int),
+      SS_SCALAR(seed, uint64_t),
+      SS_SCALAR(epoch, int64_t),
+      SS_SCALAR(pad_remainder, bool),
+      {"mode",
+       [](LoaderOptions& o, py::handle v) {
+         const std::string m = v.cast<std::string>();
+         if (m == "train") o.mode = LoaderMode::kTrain;
+         else if (m == "eval") o.mode = LoaderMode::kEval;
+         else Bad("mode '" + m + "': expected train or eval");
+       },
+       [](const LoaderOptions& o) -> py::object {
+         return py::str(o.mode == LoaderMode::kEval ? "eval" : "train");
+       }},
+      SS_SCALAR(shuffle_buffer, int64_t),
+      SS_SCALAR(shuffle_initial, int64_t),
+      SS_SCALAR(batch_size, int64_t),
+      SS_SCALAR(drop_last, bool),
+      SS_SCALAR(direct_reads, bool),
+      {"fields",
+       [](LoaderOptions& o, py::handle v) {
+         for (py::handle f : v) o.fields.push_back(FieldOf(f));
+       },
+       NoneOf},
+      {"tokens", [](LoaderOptions& o, py::handle v) { o.tokens = TokensOf(v.cast<py::dict>()); },
+       NoneOf},
+      SS_SCALAR(variable_bytes, size_t),
+      SS_SCALAR(prefetch, int64_t),
+      SS_SCALAR(reader_threads, int),
+      SS_SCALAR(open_shards, int),
+      SS_SCALAR(read_chunk, size_t),
+      SS_SCALAR(shard_queue, int64_t),
+      SS_SCALAR(memory_budget, size_t),
+      {"pinned",
+       [](LoaderOptions& o, py::handle v) {
+         if (!v.cast<bool>()) o.allocator = PageableAllocator();
+       },
+       [](const LoaderOptions& o) -> py::object { return py::bool_(o.allocator == nullptr); }},
+      {"error_policy",
+       [](LoaderOptions& o, py::handle v) {
+         const std::string p = v.cast<std::string>();
+         if (p == "raise") o.error_policy = ErrorPolicy::kRaise;
+         else if (p == "skip_shard") o.error_policy = ErrorPolicy::kSkipShard;
+         else if (p == "skip_sample") o.error_policy = ErrorPolicy::kSkipSample;
+         else Bad("error_policy '" + p + "': expected raise, skip_shard or skip_sample");
+       },
+       [](const LoaderOptions& o) -> py::object {
+         return py::str(o.error_policy == ErrorPolicy::kRaise       ? "raise"
+                        : o.error_policy == ErrorPolicy::kSkipShard ? "skip_shard"
+                                                                    : "skip_sample");
+       }},
+      {"engine",
+       [](LoaderOptions& o, py::handle v) {
+         const std::string e = v.cast<std::string>();
+         if (e == "fast") o.engine = TarEngine::kFast;
+         else if (e == "libarchive") o.engine = TarEngine::kLibarchive;
+         else Bad("engine '" + e + "': expected fast or libarchive");
+       },
+       [](const LoaderOptions& o) -> py::object {
+         return py::str(o.engine == TarEngine::kFast ? "fast" : "libarchive");
+       }},
+      SS_SCALAR(log_interval_s, double),
+      {"cache", [](LoaderOptions& o, py::handle v) { o.cache = CacheOf(v.cast<py::dict>()); },
+       NoneOf},
+  };
+  return rows;
+}
+
+#undef SS_SCALAR
+
 }  // namespace
 
 LoaderOptions LoaderOptionsFromDict(const py::dict& d) {
   LoaderOptions o;
+  const auto& rows = OptionRows();
   for (auto item : d) {
     std::string k = py::str(item.first);
     py::handle v = item.second;
     if (v.is_none()) continue;  // None: the documented default
+    auto row = std::find_if(rows.begin(), rows.end(),
+                            [&](const OptionRow& r) { return k == r.name; });
+    if (row == rows.end()) Bad("unknown option '" + k + "'");
     try {
-      if (k == "manifest") o.manifest = v.cast<std::string>();
-      else if (k == "inputs") {
-        for (py::handle u : v) o.inputs.push_back(u.cast<std::string>());
-      }
-      else if (k == "learn_sample_counts") o.learn_sample_counts = v.cast<bool>();
-      else if (k == "rank") o.rank = v.cast<int>();
-      else if (k == "world_size") o.world_size = v.cast<int>();
-      else if (k == "worker") o.worker = v.cast<int>();
-      else if (k == "num_workers") o.num_workers = v.cast<int>();
-      else if (k == "seed") o.seed = v.cast<uint64_t>();
-      else if (k == "epoch") o.epoch = v.cast<int64_t>();
-      else if (k == "pad_remainder") o.pad_remainder = v.cast<bool>();
-      else if (k == "mode") {
-        const std::string m = v.cast<std::string>();
-        if (m == "train") o.mode = LoaderMode::kTrain;
-        else if (m == "eval") o.mode = LoaderMode::kEval;
-        else Bad("mode '" + m + "': expected train or eval");
-      }
-      else if (k == "shuffle_buffer") o.shuffle_buffer = v.cast<int64_t>();
-      else if (k == "shuffle_initial") o.shuffle_initial = v.cast<int64_t>();
-      else if (k == "batch_size") o.batch_size = v.cast<int64_t>();
-      else if (k == "drop_last") o.drop_last = v.cast<bool>();
-      else if (k == "direct_reads") o.direct_reads = v.cast<bool>();
-      else if (k == "fields") {
-        for (py::handle f : v) o.fields.push_back(FieldOf(f));
-      } else if (k == "tokens") o.tokens = TokensOf(v.cast<py::dict>());
-      else if (k == "variable_bytes") o.variable_bytes = v.cast<size_t>();
-      else if (k == "prefetch") o.prefetch = v.cast<int64_t>();
-      else if (k == "reader_threads") o.reader_threads = v.cast<int>();
-      else if (k == "open_shards") o.open_shards = v.cast<int>();
-      else if (k == "read_chunk") o.read_chunk = v.cast<size_t>();
-      else if (k == "shard_queue") o.shard_queue = v.cast<int64_t>();
-      else if (k == "memory_budget") o.memory_budget = v.cast<size_t>();
-      else if (k == "pinned") {
-        if (!v.cast<bool>()) o.allocator = PageableAllocator();
-      } else if (k == "error_policy") {
-        std::string p = v.cast<std::string>();
-        if (p == "raise") o.error_policy = ErrorPolicy::kRaise;
-        else if (p == "skip_shard") o.error_policy = ErrorPolicy::kSkipShard;
-        else if (p == "skip_sample") o.error_policy = ErrorPolicy::kSkipSample;
-        else Bad("error_policy '" + p + "': expected raise, skip_shard or skip_sample");
-      } else if (k == "engine") {
-        std::string e = v.cast<std::string>();
-        if (e == "fast") o.engine = TarEngine::kFast;
-        else if (e == "libarchive") o.engine = TarEngine::kLibarchive;
-        else Bad("engine '" + e + "': expected fast or libarchive");
-      } else if (k == "log_interval_s") o.log_interval_s = v.cast<double>();
-      else if (k == "cache") o.cache = CacheOf(v.cast<py::dict>());
-      else Bad("unknown option '" + k + "'");
+      row->set(o, v);
     } catch (const py::cast_error&) {
       Bad("option " + k + ": value of the wrong type (" +
           std::string(py::str(py::type::of(v).attr("__name__"))) + ")");
     }
   }
   return o;
+}
+
+py::dict LoaderOptionDefaults() {
+  const LoaderOptions o;
+  py::dict d;
+  for (const OptionRow& r : OptionRows()) d[r.name] = r.get(o);
+  return d;
 }
 
 }  // namespace shardstream::python

@@ -12,6 +12,10 @@ namespace shardstream::python {
 
 LoaderOptions LoaderOptionsFromDict(const pybind11::dict& d);
 
+// Every key LoaderOptionsFromDict takes, with the C++ default as Python sees
+// it (None for fields, tokens, cache and the inputs, which Python builds).
+pybind11::dict LoaderOptionDefaults();
+
 }  // namespace shardstream::python
 
 #endif  // SHARDSTREAM_PYTHON_LOADER_OPTIONS_H_

@@ -1,0 +1,133 @@
+"""The loader options, listed once.
+
+Every option of :class:`shardstream.Loader` and
+:class:`shardstream.torch.ShardDataset` is a row here: its name, type,
+default, the native ``LoaderOptions`` field it sets, and one line of help.
+``docs/options.md`` is generated from this table (``python -m
+shardstream.options > docs/options.md``), and the tests check it against the
+native defaults (``_core.loader_option_defaults()``), against the keyword
+arguments of ``Loader``/``loader_options``/``ShardDataset``, and against the
+docs, so an option added in one place and forgotten in another fails a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str               # the Python keyword
+    type: str               # as shown in the docs
+    default: Any            # the effective default (the native one where there is one)
+    help: str
+    native: Optional[str] = None  # the native option it sets; None: Python only
+    cpp: str = ""           # the C++ LoaderOptions field, for the docs
+
+
+OPTIONS: Tuple[Option, ...] = (
+    Option("fields", "list of names or specs", None,
+           "Fields that become tensors; None: every field of the first sample, decoded by extension",
+           "fields", "fields"),
+    Option("tokens", "dict", None,
+           'Language-model token batches: {"field", "seq_len", "layout", "eod_token", ...}',
+           "tokens", "tokens"),
+    Option("batch_size", "int", 32, "Samples (or token rows) per batch", "batch_size",
+           "batch_size"),
+    Option("shuffle", "bool", True, "False turns the sample shuffle off (shuffle_buffer 0)"),
+    Option("shuffle_buffer", "int", 1000,
+           "Samples held for shuffling (alias shuffle_size); 0 or 1: none", "shuffle_buffer",
+           "shuffle_buffer"),
+    Option("shuffle_initial", "int", -1,
+           "Samples buffered before the first one leaves; -1: shuffle_buffer", "shuffle_initial",
+           "shuffle_initial"),
+    Option("seed", "int", 0, "Seed of every shuffle and split", "seed", "seed"),
+    Option("epoch", "int", 0, "First epoch (later ones: set_epoch)", "epoch", "epoch"),
+    Option("mode", "str", "train",
+           '"train", or "eval": manifest order, every sample once, no drop or pad', "mode",
+           "mode"),
+    Option("rank", "int", 0, "This rank (ShardDataset: from torch.distributed or RANK)", "rank",
+           "rank"),
+    Option("world_size", "int", 1, "Ranks (ShardDataset: from torch.distributed or WORLD_SIZE)",
+           "world_size", "world_size"),
+    Option("worker", "int", 0, "This DataLoader worker (ShardDataset: from get_worker_info)",
+           "worker", "worker"),
+    Option("num_workers", "int", 1, "DataLoader workers per rank (ShardDataset: from the DataLoader)",
+           "num_workers", "num_workers"),
+    Option("drop_last", "bool", False, "Drop an epoch's last, smaller batch", "drop_last",
+           "drop_last"),
+    Option("pad_remainder", "bool", False,
+           "Pad the samples left over by an uneven split instead of dropping them",
+           "pad_remainder", "pad_remainder"),
+    Option("prefetch", "int", 4, "Batches ready ahead of the caller", "prefetch", "prefetch"),
+    Option("reader_threads", "int", 2, "Worker threads (one core each at full speed)",
+           "reader_threads", "reader_threads"),
+    Option("open_shards", "int", 4, "Shards open at once, interleaved", "open_shards",
+           "open_shards"),
+    Option("cache_dir", "path", None, "Node-local shard cache directory (default: no cache)",
+           cpp="cache"),
+    Option("cache_limit", "size", None, 'Bytes the cache may hold, e.g. "500GB"; required with cache_dir',
+           cpp="cache"),
+    Option("cache_mode", "str", "rw", '"rw", "ro" or "off"', cpp="cache"),
+    Option("pinned", "bool", True, "CUDA pinned batch memory when a GPU is present", "pinned",
+           "allocator"),
+    Option("error_policy", "str", "raise", '"raise", "skip_shard" or "skip_sample"',
+           "error_policy", "error_policy"),
+    Option("memory_budget", "size", 0, "Refuse options needing more resident memory; 0: no check",
+           "memory_budget", "memory_budget"),
+    Option("variable_bytes", "size", 1 << 20, "Bytes per batch for bytes/str fields and keys",
+           "variable_bytes", "variable_bytes"),
+    Option("read_chunk", "size", 512 << 10, "Read-buffer size per open shard", "read_chunk",
+           "read_chunk"),
+    Option("shard_queue", "int", 256, "Samples buffered per open shard", "shard_queue",
+           "shard_queue"),
+    Option("engine", "str", "fast", '"fast" or "libarchive" tar reader', "engine", "engine"),
+    Option("log_interval_s", "float", 0.0, "Seconds between progress log lines; 0: none",
+           "log_interval_s", "log_interval_s"),
+    Option("direct_reads", "bool", True,
+           "Token documents of indexed local shards read straight into the batch", "direct_reads",
+           "direct_reads"),
+    Option("learn_sample_counts", "bool", True,
+           "Without a manifest, learn sample counts from .idx sidecars (building them locally)",
+           "learn_sample_counts", "learn_sample_counts"),
+)
+
+BY_NAME = {o.name: o for o in OPTIONS}
+# Native keys Python builds itself rather than taking as a keyword.
+NATIVE_ONLY = ("manifest", "inputs", "cache")
+
+
+def markdown() -> str:
+    """docs/options.md: the table of options."""
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "none"
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, bool):
+            return str(v)
+        if isinstance(v, int) and v >= 1024 and v % 1024 == 0:
+            return f"{v >> 10} KiB" if v < (1 << 20) else f"{v >> 20} MiB"
+        return str(v)
+
+    lines = [
+        "# Loader options",
+        "",
+        "Generated from `python/shardstream/options.py` (`python -m shardstream.options`); the tests",
+        "check it against the native defaults and the Python signatures. The same options are the",
+        "keyword arguments of `shardstream.Loader` and `shardstream.torch.ShardDataset`, and the",
+        "fields of the C++ `LoaderOptions` (`include/shardstream/options.h`). Sizes take `KB`/`MB`/`GB`",
+        "(powers of 1000) or `KiB`/`MiB`/`GiB` (powers of 1024).",
+        "",
+        "| option | type | default | C++ | what |",
+        "|---|---|---|---|---|",
+    ]
+    for o in OPTIONS:
+        cpp = f"`{o.cpp}`" if o.cpp else "(Python only)"
+        lines.append(f"| `{o.name}` | {o.type} | {fmt(o.default)} | {cpp} | {o.help} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

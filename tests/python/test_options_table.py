@@ -1,0 +1,55 @@
+"""The option table (shardstream/options.py) is the one list of loader
+options: the native binding, the Python signatures and docs/options.md must
+all agree with it."""
+
+import inspect
+import os
+
+import shardstream
+from shardstream import _core
+from shardstream.loader import loader_options
+from shardstream.options import BY_NAME, NATIVE_ONLY, OPTIONS, markdown
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_native_option_is_in_the_table_with_the_native_default():
+    native = _core.loader_option_defaults()
+    covered = {o.native for o in OPTIONS if o.native}
+    assert set(native) - covered == set(NATIVE_ONLY), "native options missing from the table"
+    assert covered <= set(native), "table rows naming no native option"
+    for o in OPTIONS:
+        if o.native and native[o.native] is not None:
+            assert o.default == native[o.native], (o.name, o.default, native[o.native])
+
+
+def test_loader_options_takes_exactly_the_table():
+    params = inspect.signature(loader_options).parameters
+    names = [p for p in params if p != "urls"]
+    assert set(names) == set(BY_NAME) | {"shuffle_size"}, set(names) ^ set(BY_NAME)
+    for name, p in params.items():
+        if name in BY_NAME and p.default is not None:
+            assert p.default == BY_NAME[name].default, name
+    # And every row reaches the native loader when given.
+    opts = loader_options("m.jsonl", **{o.name: o.default for o in OPTIONS
+                                       if o.default is not None and o.native})
+    for o in OPTIONS:
+        if o.native and o.default is not None and o.name != "shuffle_buffer":
+            assert opts[o.native] == o.default, o.name
+
+
+def test_shard_dataset_keywords_come_from_the_table():
+    from shardstream.torch import ShardDataset
+    params = inspect.signature(ShardDataset.__init__).parameters
+    for name, p in params.items():
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY or name == "shuffle_size":
+            continue
+        assert name in BY_NAME or name in ("map", "batch_map"), f"{name} is not in the option table"
+        if p.default is not None and name in BY_NAME:
+            assert p.default == BY_NAME[name].default, name
+
+
+def test_docs_are_generated_from_the_table():
+    with open(os.path.join(ROOT, "docs", "options.md")) as f:
+        assert f.read() == markdown(), "regenerate: python -m shardstream.options > docs/options.md"
+    assert shardstream.options.OPTIONS is OPTIONS
