@@ -22,15 +22,19 @@ to the pool when the last tensor viewing it is freed.
 from __future__ import annotations
 
 import copy
+import difflib
+import inspect
 import os
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+import sys
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.utils.data
 
 from . import _core
-from .loader import Loader, merge_own_states, merge_states
+from .errors import ConfigError
+from .loader import FieldsArg, Loader, loader_options, merge_own_states, merge_states
 
 STATE_FORMAT = "shardstream-dataset-state"
 
@@ -77,43 +81,141 @@ def _to_torch(parts: tuple, single: bool) -> Dict[str, Any]:
     return out
 
 
+# Loader options that ShardDataset passes through **kwargs (the less common
+# ones); the common ones are its own keyword arguments.
+_EXPLICIT_OPTIONS = ("fields", "tokens", "batch_size", "shuffle", "shuffle_buffer", "shuffle_size",
+                     "seed", "epoch", "drop_last", "pad_remainder", "prefetch", "reader_threads",
+                     "open_shards", "cache_dir", "cache_limit", "cache_mode", "pinned",
+                     "error_policy", "memory_budget", "rank", "world_size")
+_PASSTHROUGH_OPTIONS = tuple(
+    name for name, p in inspect.signature(loader_options).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
+    and name not in _EXPLICIT_OPTIONS + ("worker", "num_workers"))
+
+
+def _dataloader_auto_collation(frame: Any) -> Optional[bool]:
+    """Whether the DataLoader fetcher whose ``__init__`` is ``frame`` batches
+    the data set's items itself (DataLoader ``batch_size`` not None); None when
+    ``frame`` is not such a fetcher (a plain ``iter(ds)``, another torch)."""
+    fetcher_cls = getattr(getattr(torch.utils.data, "_utils", None), "fetch", None)
+    fetcher_cls = getattr(fetcher_cls, "_IterableDatasetFetcher", None)
+    if fetcher_cls is None or frame is None or frame.f_code.co_name != "__init__":
+        return None
+    local = frame.f_locals
+    if not isinstance(local.get("self"), fetcher_cls):
+        return None
+    auto = local.get("auto_collation", getattr(local["self"], "auto_collation", None))
+    return None if auto is None else bool(auto)
+
+
 class ShardDataset(torch.utils.data.IterableDataset):
     """Batches (dicts of torch tensors) from a manifest or a brace pattern.
 
     ``urls``: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://)
     or a brace pattern such as ``"shards/data-{000000..000099}.tar"``.
-    Keyword arguments are the :class:`shardstream.Loader` options, named as
-    WebDataset and Streaming users know them: ``fields``, ``tokens``,
-    ``batch_size`` (None: single samples, as dicts of per-sample tensors,
-    copied out of the pool so that any number may be kept),
-    ``shuffle``, ``shuffle_buffer`` (alias ``shuffle_size``), ``seed``,
-    ``epoch``, ``drop_last``, ``pad_remainder``, ``prefetch``,
-    ``reader_threads``, ``cache_dir``, ``cache_limit``, ``pinned``,
-    ``error_policy``, ...
+    The keyword arguments are the :class:`shardstream.Loader` options, named as
+    WebDataset and Streaming users know them (see ``__init__``); the less common
+    ones (``mode``, ``shuffle_initial``, ``direct_reads``, ...; docs/options.md
+    lists every option) pass through ``**kwargs``. A misspelt keyword raises
+    TypeError.
 
     Each batch maps field output names to tensors ``[batch, ...]`` (lists for
     bytes/str fields) and carries ``__key__`` and ``__url__`` (lists, in row
-    order). ``rank``/``world_size`` may be given; by default they come from
+    order). With ``batch_size=None`` the data set yields single samples (dicts
+    of per-sample tensors, a str key and url), which a DataLoader with a
+    ``batch_size`` may batch. A data set that batches itself needs a DataLoader
+    with ``batch_size=None`` (``ds.dataloader()``); any other raises
+    :class:`shardstream.ConfigError` when iteration starts.
+
+    ``rank``/``world_size`` may be given; by default they come from
     torch.distributed or the environment when iteration starts, and the
     DataLoader worker's id and count from ``get_worker_info()``. Every consumer
     (rank x worker) gets a disjoint, equal share of each epoch.
 
-    Epochs: ``set_epoch(e)`` before iterating (like DistributedSampler);
-    without it each completed pass moves on to the next epoch. Resume:
-    ``state_dict()`` / ``load_state_dict()`` (StatefulDataLoader protocol).
+    Iteration: each ``iter()`` starts a fresh pass over the current epoch from
+    its beginning (so peeking with ``next(iter(ds))`` loses nothing, and a loop
+    left with ``break`` is not continued by the next one); an older iterator of
+    the same data set then raises RuntimeError if resumed. The current epoch is
+    the one given by ``set_epoch(e)`` (like DistributedSampler), or after a
+    completed pass the next one. A state loaded with ``load_state_dict()`` is
+    resumed by the next ``iter()`` instead (StatefulDataLoader protocol).
     Pickling drops the native loader; it is reopened in the worker.
     """
 
-    def __init__(self, urls: str, *, batch_size: Optional[int] = 32, epoch: int = 0,
-                 rank: Optional[int] = None, world_size: Optional[int] = None,
-                 **loader_kwargs: Any) -> None:
+    def __init__(self, urls: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]], *,
+                 fields: FieldsArg = None,
+                 tokens: Optional[Mapping[str, Any]] = None,
+                 batch_size: Optional[int] = 32,
+                 shuffle: bool = True,
+                 shuffle_buffer: Optional[int] = None,
+                 shuffle_size: Optional[int] = None,
+                 seed: int = 0,
+                 epoch: int = 0,
+                 drop_last: bool = False,
+                 pad_remainder: bool = False,
+                 prefetch: Optional[int] = None,
+                 reader_threads: Optional[int] = None,
+                 open_shards: Optional[int] = None,
+                 cache_dir: Union[str, "os.PathLike[str]", None] = None,
+                 cache_limit: Union[int, str, None] = None,
+                 cache_mode: str = "rw",
+                 pinned: bool = True,
+                 error_policy: str = "raise",
+                 memory_budget: Union[int, str, None] = None,
+                 rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 **kwargs: Any) -> None:
+        """
+        Args:
+            urls: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://) or a brace
+                pattern.
+            fields: the sample fields that become tensors: names (``"tokens.npy"``), dicts
+                (``{"name", "output", "decode", "dtype", "shape", "optional"}``) or
+                ``{output: name}``.
+            tokens: language-model token batches, e.g. ``{"field": "tokens.npy", "seq_len": 2048,
+                "layout": "pack", "eod_token": 0}``.
+            batch_size: samples per batch [32]; None: single samples (for a DataLoader that
+                batches them).
+            shuffle: the sample shuffle [True]; False turns the shuffle buffer off (shards are
+                still read in the plan's seeded order).
+            shuffle_buffer: samples in the shuffle buffer [None: 1000].
+            shuffle_size: WebDataset's name for ``shuffle_buffer``.
+            seed: the shuffle seed [0]; with the epoch it fixes the order.
+            epoch: the epoch the first iteration reads [0].
+            drop_last: drop each consumer's last partial batch [False].
+            pad_remainder: pad the epoch's remainder instead of dropping it [False].
+            prefetch: batches made ahead [None: 4].
+            reader_threads: shard reader threads [None: 2].
+            open_shards: shards read at once [None: 4].
+            cache_dir: a node-local shard cache directory [None: no cache].
+            cache_limit: bytes the cache may hold, e.g. ``"500GiB"`` (needed with ``cache_dir``).
+            cache_mode: "rw", "ro" or "off" ["rw"].
+            pinned: CUDA pinned batch buffers when a GPU is present [True].
+            error_policy: "raise", "skip_shard" or "skip_sample" ["raise"].
+            memory_budget: bytes the pipeline may hold, e.g. ``"2GiB"`` [None: no budget].
+            rank: this rank [None: torch.distributed, else $RANK, else 0].
+            world_size: the rank count [None: torch.distributed, else $WORLD_SIZE, else 1].
+            **kwargs: the less common :class:`shardstream.Loader` options, passed through.
+        """
         super().__init__()
         for k in ("worker", "num_workers"):
-            if k in loader_kwargs:
+            if k in kwargs:
                 raise TypeError(f"ShardDataset takes {k} from the DataLoader, not as an argument")
-        self.urls = os.fspath(urls)
+        for k in kwargs:
+            if k not in _PASSTHROUGH_OPTIONS:
+                close = difflib.get_close_matches(k, _EXPLICIT_OPTIONS + _PASSTHROUGH_OPTIONS, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise TypeError(f"ShardDataset() got an unexpected keyword argument {k!r}{hint}")
+        # One input or a list (shards, directories, patterns, manifests).
+        self.urls = (os.fspath(urls) if isinstance(urls, (str, bytes, os.PathLike))
+                     else [os.fspath(u) for u in urls])
         self.batch_size = batch_size
-        self._kwargs = dict(loader_kwargs)
+        self._kwargs: Dict[str, Any] = dict(
+            fields=fields, tokens=tokens, shuffle=shuffle, shuffle_buffer=shuffle_buffer,
+            shuffle_size=shuffle_size, seed=seed, drop_last=drop_last, pad_remainder=pad_remainder,
+            prefetch=prefetch, reader_threads=reader_threads, open_shards=open_shards,
+            cache_dir=cache_dir, cache_limit=cache_limit, cache_mode=cache_mode, pinned=pinned,
+            error_policy=error_policy, memory_budget=memory_budget, **kwargs)
         self._rank, self._world = rank, world_size
         self._epoch = epoch            # the epoch the next __iter__ reads
         self._pending: Optional[Dict[str, Any]] = None  # a state dict to restore at the next __iter__
@@ -124,6 +226,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._active = False           # an epoch is under way (begun, not finished)
         self._me: Tuple[int, int] = (0, 1)  # (consumer, consumers) of the epoch under way
         self._ended: Optional[Dict[str, Any]] = None  # a worker's state after its epoch ended
+        self._pass = 0                 # passes begun: an iterator of an older pass is stale
+        # set_epoch/load_state_dict calls: a pass moves the data set on to the
+        # next epoch only when none came since it began.
+        self._epoch_set = 0
 
     # -- topology and the native loader ------------------------------------
     def _current_topology(self) -> Tuple[int, int, int, int]:
@@ -153,11 +259,14 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
     # -- iteration -----------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Reads epoch ``epoch`` at the next iteration (drops a pending resume state)."""
+        """Reads epoch ``epoch`` from its beginning at the next iteration (drops a
+        pending resume state). A pass under way goes on, but does not then move
+        the data set on to the epoch after its own."""
         self._epoch = int(epoch)
         self._pending = None
         self._ended = None
         self._active = False
+        self._epoch_set += 1
 
     @property
     def epoch(self) -> int:
@@ -165,7 +274,24 @@ class ShardDataset(torch.utils.data.IterableDataset):
         return self._epoch
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        """This consumer's batches of the epoch (a pending resume state first)."""
+        """This consumer's batches of a fresh pass over the current epoch, from its
+        beginning; or, when a state was loaded, the rest of the saved epoch.
+
+        Raises :class:`shardstream.ConfigError` when a DataLoader would batch
+        the batches (a DataLoader ``batch_size`` with ``batch_size`` here not None).
+        """
+        if self.batch_size is not None:
+            frame = sys._getframe(1)
+            try:
+                auto_collation = _dataloader_auto_collation(frame)
+            finally:
+                del frame
+            if auto_collation:
+                raise ConfigError(
+                    f"ShardDataset batches itself (batch_size={self.batch_size}): give the "
+                    "DataLoader batch_size=None (ds.dataloader() does), or make the data set "
+                    "yield samples with ShardDataset(..., batch_size=None) and let the DataLoader "
+                    "batch them")
         self._iters_since_load += 1
         if self._pending is not None and self._pending.get("ended") and self._iters_since_load > 1:
             # StatefulDataLoader restoring an epoch that had ended makes one
@@ -176,6 +302,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
         return self._iterate()
 
     def _iterate(self) -> Iterator[Dict[str, Any]]:
+        # Runs at the iterator's first next(): from here on the native loader
+        # belongs to this pass, and an older iterator is stale.
+        self._pass += 1
+        this_pass, epoch_set = self._pass, self._epoch_set
         pending, self._pending = self._pending, None
         self._ended = None
         rank, world, worker, workers = self._current_topology()
@@ -186,9 +316,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
             self._end_epoch(int(pending["epoch"]), _merge_entries(pending["consumers"]))
             return
         if pending is None:
+            # A fresh pass: the epoch from its beginning, dropping what an
+            # earlier pass (a peek, a loop left with break) had in flight.
             loader = self._native()
-            if not self._active or loader.epoch != self._epoch:
-                loader.set_epoch(self._epoch)
+            loader.set_epoch(self._epoch)
         elif int(pending["version"]) == 1:
             loader = self._native()
             loader.restore(pending["consumers"])
@@ -212,14 +343,21 @@ class ShardDataset(torch.utils.data.IterableDataset):
             self._epoch = loader.epoch
         self._me = me
         self._active = True
+        epoch = self._epoch
         single = self.batch_size is None
         while True:
             parts = loader._next_parts()
             if parts is None:
                 break
             yield _to_torch(parts, single)
+            if self._pass != this_pass:
+                raise RuntimeError(
+                    "a newer iter() of this ShardDataset started a fresh pass over the epoch: "
+                    "this older iterator cannot go on")
+        if self._epoch_set != epoch_set:
+            return  # set_epoch or load_state_dict since: they say what comes next
         in_worker = torch.utils.data.get_worker_info() is not None
-        self._end_epoch(self._epoch, _own_share(me, loader) if in_worker else None)
+        self._end_epoch(epoch, _own_share(me, loader) if in_worker else None)
 
     def _end_epoch(self, epoch: int, entry: Optional[Dict[str, Any]]) -> None:
         # In a DataLoader worker the state stays "this share of the epoch is
@@ -279,6 +417,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._iters_since_load = 0
         self._ended = None
         self._active = False
+        self._epoch_set += 1
 
     # -- pickling into DataLoader workers -----------------------------------
     def __getstate__(self) -> Dict[str, Any]:
@@ -290,6 +429,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         self.__dict__.update(d)
+        self.__dict__.setdefault("_pass", 0)
+        self.__dict__.setdefault("_epoch_set", 0)
 
     def dataloader(self, **kwargs: Any) -> "torch.utils.data.DataLoader":
         """A DataLoader with the recommended settings: ``batch_size=None``,

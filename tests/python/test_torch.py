@@ -180,3 +180,15 @@ def test_dataloader_helper_passes_batches_through(manifest, total):
         n += len(b["__key__"])
     assert n == total
     ds.close()
+
+
+def test_a_list_of_shards_and_a_directory(manifest, total):
+    import json as _json
+    d = os.path.dirname(manifest)
+    with open(manifest) as f:
+        shards = [os.path.join(d, _json.loads(line)["url"]) for line in f if line.strip()]
+    ds = ShardDataset(shards[:2], fields=["cls"], batch_size=10, shuffle=False)
+    assert len(ds) == 5
+    assert sum(len(b["__key__"]) for b in ds) == 50
+    whole = ShardDataset(d, fields=["cls"], batch_size=10)
+    assert sum(len(b["__key__"]) for b in whole.dataloader()) == total
