@@ -269,6 +269,51 @@ TEST(TarCliTest, SizesBracesAndTheSummarySayWhatTheyMean) {
   EXPECT_NE(output.find("unknown unit 'parsecs'"), std::string::npos) << output;
 }
 
+TEST(TarCliTest, PackImageFolderGivesImagesAndLabels) {
+  TempDir dir;
+  const std::string src = dir.Join("tree");
+  std::filesystem::create_directories(src + "/dog");
+  std::filesystem::create_directories(src + "/cat");
+  testing::WriteFile(src + "/cat/a.jpg", "cat-a");
+  testing::WriteFile(src + "/cat/b.1.png", "cat-b");
+  testing::WriteFile(src + "/dog/c.JPEG", "dog-c");
+  testing::WriteFile(src + "/dog/notes.txt", "not an image");
+  testing::WriteFile(src + "/readme.md", "not in a class");
+  const std::string out = dir.Join("out");
+  std::string output;
+  ASSERT_EQ(RunCommand(Cli() + " pack " + src + " " + out + " --image-folder --json", &output), 0)
+      << output;
+  auto j = nlohmann::json::parse(output.substr(output.find('{')));
+  EXPECT_EQ(j["samples"], 3);
+  EXPECT_EQ(j["classes"], 2);
+  EXPECT_EQ(j["unkeyed_files"], 2);
+  EXPECT_EQ(testing::ReadFile(out + "/classes.txt"), "cat\ndog\n");
+  auto manifest = ReadManifest(out + "/manifest.jsonl");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  auto r = TarReader::Open(manifest->shards[0].resolved);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::pair<std::string, std::string>> got;  // key -> (image, cls)
+  Sample s;
+  while (*(*r)->Next(&s)) {
+    ASSERT_EQ(s.fields.size(), 2u) << s.key;
+    const Field* cls = s.Find("cls");
+    ASSERT_NE(cls, nullptr) << s.key;
+    const Field& image = s.fields[0].name == "cls" ? s.fields[1] : s.fields[0];
+    got[s.key] = {image.name + "=" + std::string(image.data), std::string(cls->data)};
+  }
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(got, (std::map<std::string, P>{{"cat/a", {"jpg=cat-a", "0"}},
+                                           {"cat/b_1", {"png=cat-b", "0"}},
+                                           {"dog/c", {"jpeg=dog-c", "1"}}}));
+  // An empty tree is an error, not an empty data set.
+  std::filesystem::create_directories(dir.Join("empty"));
+  EXPECT_NE(RunCommand(Cli() + " pack " + dir.Join("empty") + " " + dir.Join("o2") +
+                           " --image-folder",
+                       &output),
+            0);
+  EXPECT_NE(output.find("no <class>/<image>"), std::string::npos) << output;
+}
+
 TEST(TarCliTest, EverySubcommandHasHelp) {
   for (const char* cmd : {"pack", "ls", "index", "verify", "bench", "manifest"}) {
     std::string output;

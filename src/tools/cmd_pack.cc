@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -22,7 +23,16 @@ struct PackArgs {
   uint64_t max_samples = 0;
   int level = 3;
   bool index = false, json = false;
+  bool image_folder = false;  // SRC_DIR/<class>/<image>: .jpg etc. + .cls
 };
+
+// torchvision's ImageFolder extensions.
+bool IsImageExtension(std::string ext) {
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* e : {"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp"})
+    if (ext == e) return true;
+  return false;
+}
 
 int RunPack(const PackArgs& a) {
   namespace fs = std::filesystem;
@@ -47,6 +57,7 @@ int RunPack(const PackArgs& a) {
   // non-regular files are not followed.
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> samples;
   uint64_t unkeyed = 0, not_regular = 0;
+  std::map<std::string, int64_t> classes;  // --image-folder: class name -> label
   std::error_code ec;
   fs::recursive_directory_iterator it(a.src, fs::directory_options::none, ec), end;
   if (ec) {
@@ -65,12 +76,45 @@ int RunPack(const PackArgs& a) {
       ++not_regular;
       continue;
     }
+    if (a.image_folder) {
+      // <class>/<name>.<ext>: the key is <class>/<name> (dots in the name
+      // become '_', which the tar key rules need), the field the extension.
+      const fs::path p(rel);
+      const std::string ext = p.extension().string();
+      if (std::distance(p.begin(), p.end()) != 2 || ext.size() < 2 ||
+          !IsImageExtension(ext.substr(1))) {
+        ++unkeyed;
+        continue;
+      }
+      std::string stem = p.stem().string();
+      std::replace(stem.begin(), stem.end(), '.', '_');
+      std::string field = ext.substr(1);
+      for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const std::string cls = p.begin()->string();
+      classes.emplace(cls, 0);
+      auto& files = samples[cls + "/" + stem];
+      if (!files.empty()) {
+        std::cerr << "pack: two images of one sample key " << cls << "/" << stem << " ("
+                  << rel << "); rename one\n";
+        return 1;
+      }
+      files.emplace_back(field, entry.path().string());
+      continue;
+    }
     std::string_view key, field;
     if (!SplitSampleKey(rel, &key, &field)) {
       ++unkeyed;
       continue;
     }
     samples[std::string(key)].emplace_back(std::string(field), entry.path().string());
+  }
+  if (a.image_folder) {
+    if (classes.empty()) {
+      std::cerr << "pack: --image-folder: no <class>/<image> files under " << a.src << "\n";
+      return 1;
+    }
+    int64_t n = 0;
+    for (auto& [name, index] : classes) index = n++;  // sorted names, as ImageFolder numbers them
   }
   if (unkeyed || not_regular)
     std::cerr << "pack: left out " << unkeyed << " files without a key.field name and "
@@ -104,6 +148,14 @@ int RunPack(const PackArgs& a) {
       bytes += contents[i].size();
       s.fields.push_back(std::move(f));
     }
+    std::string label;
+    if (a.image_folder) {
+      label = std::to_string(classes.at(key.substr(0, key.find('/'))));
+      Field f;
+      f.name = "cls";
+      f.data = label;
+      s.fields.push_back(std::move(f));
+    }
     if (Status st = (*writer)->Write(s); !st.ok()) {
       std::cerr << "pack: " << st << "\n";
       return 1;
@@ -122,11 +174,21 @@ int RunPack(const PackArgs& a) {
     return 1;
   }
   if (tty) std::cerr << "\r\033[K";
+  if (a.image_folder) {
+    // The class names, one per line in label order, beside the manifest.
+    std::string text;
+    for (const auto& [name, index] : classes) text += name + "\n";
+    if (Status st = WriteFileAtomic(*LocalSource(), a.out + "/classes.txt", text); !st.ok()) {
+      std::cerr << "pack: " << st << "\n";
+      return 1;
+    }
+  }
   const Manifest& m = (*writer)->manifest();
   uint64_t shard_bytes = 0;
   for (const ShardEntry& e : m.shards) shard_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   if (a.json) {
     nlohmann::json j = {{"samples", done},
+                        {"classes", classes.size()},
                         {"shards", m.shards.size()},
                         {"shard_bytes", shard_bytes},
                         {"payload_bytes", bytes},
@@ -164,6 +226,10 @@ SHARDSTREAM_COMMAND(pack, [](CLI::App& app) {
   sub->add_option("--pattern", args->pattern,
                   "Shard name pattern with one %d (default shard-%06d.tar[.zst])");
   sub->add_flag("--index", args->index, "Also write <shard>.idx sample indexes");
+  sub->add_flag("--image-folder", args->image_folder,
+                "SRC_DIR is an ImageFolder tree (<class>/<image>): each image becomes a sample "
+                "with its image field and a .cls label (classes numbered in name order, listed "
+                "in OUT_DIR/classes.txt)");
   sub->add_flag("--json", args->json, "Print the summary as JSON");
   sub->callback([args] { ExitWith(RunPack(*args)); });
 });
