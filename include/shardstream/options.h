@@ -99,6 +99,15 @@ struct LoaderOptions {
   // Pad (true) instead of drop (false) the samples left over when the epoch
   // does not divide evenly among consumers. Default: false.
   bool pad_remainder = false;
+  // Node-local shard affinity: shards are assigned to nodes of
+  // local_world_size consecutive ranks once for all epochs (and shuffled
+  // within the node each epoch), so a node's shard cache keeps serving it;
+  // exactly once still holds. world_size must be a multiple of
+  // local_world_size. Default: false.
+  bool node_local = false;
+  // Ranks per node (torchrun's LOCAL_WORLD_SIZE); required by node_local.
+  // Default: 0.
+  int local_world_size = 0;
   // kEval reads in manifest order, exactly once, without drop or pad (see
   // LoaderMode); it ignores shuffle_buffer and refuses drop_last and
   // pad_remainder. Default: kTrain.

@@ -108,7 +108,8 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
                    read_chunk: Union[int, str, None] = None, shard_queue: Optional[int] = None,
                    engine: Optional[str] = None, log_interval_s: Optional[float] = None,
                    direct_reads: bool = True,
-                   learn_sample_counts: bool = True, mode: str = "train") -> Dict[str, Any]:
+                   learn_sample_counts: bool = True, mode: str = "train",
+                   node_local: bool = False, local_world_size: Optional[int] = None) -> Dict[str, Any]:
     """The native options dict for these keyword arguments (see :class:`Loader`).
 
     Each keyword is a row of :data:`shardstream.options.OPTIONS` (its default
@@ -135,6 +136,7 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
         "variable_bytes": parse_size(variable_bytes), "read_chunk": parse_size(read_chunk),
         "shard_queue": shard_queue, "engine": engine, "log_interval_s": log_interval_s,
         "direct_reads": direct_reads, "learn_sample_counts": learn_sample_counts, "mode": mode,
+        "node_local": node_local, "local_world_size": local_world_size,
     }
     if cache_dir is not None:
         limit = parse_size(cache_limit)

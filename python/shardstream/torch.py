@@ -62,6 +62,54 @@ def local_topology() -> Tuple[int, int]:
     return int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
+def _env_int(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"config: environment variable {name}={value!r} is not an integer") from None
+
+
+def ranks_per_node(rank: int, world: int) -> int:
+    """Ranks per node, for node-local shard affinity: torchrun's LOCAL_WORLD_SIZE,
+    else SLURM's SLURM_NTASKS_PER_NODE (or the first count of
+    SLURM_TASKS_PER_NODE), else 1 on a single rank. Checks that the rank
+    agrees with torchrun's GROUP_RANK and LOCAL_RANK (ranks numbered node by
+    node) and with torch.distributed; raises ConfigError naming the variable
+    otherwise."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        env_rank = _env_int("RANK")
+        if env_rank is not None and env_rank != torch.distributed.get_rank():
+            raise ConfigError(f"config: RANK={env_rank} disagrees with torch.distributed's rank "
+                              f"{torch.distributed.get_rank()}")
+    local = _env_int("LOCAL_WORLD_SIZE")
+    source = "LOCAL_WORLD_SIZE"
+    if local is None:
+        local = _env_int("SLURM_NTASKS_PER_NODE")
+        source = "SLURM_NTASKS_PER_NODE"
+    if local is None and os.environ.get("SLURM_TASKS_PER_NODE"):
+        text = os.environ["SLURM_TASKS_PER_NODE"]
+        digits = text.split("(")[0].split(",")[0]
+        if not digits.isdigit():
+            raise ConfigError(f"config: SLURM_TASKS_PER_NODE={text!r} has no task count")
+        local, source = int(digits), "SLURM_TASKS_PER_NODE"
+    if local is None:
+        if world == 1:
+            return 1
+        raise ConfigError("config: node_local needs the ranks per node: set LOCAL_WORLD_SIZE "
+                          "(torchrun does) or pass local_world_size")
+    if local < 1 or world % local != 0:
+        raise ConfigError(f"config: {source}={local} does not divide the world size {world}")
+    group, local_rank = _env_int("GROUP_RANK"), _env_int("LOCAL_RANK")
+    if group is not None and local_rank is not None and rank != group * local + local_rank:
+        raise ConfigError(f"config: rank {rank} is not GROUP_RANK*LOCAL_WORLD_SIZE+LOCAL_RANK "
+                          f"({group}*{local}+{local_rank}): node-local affinity needs ranks "
+                          "numbered node by node, as torchrun numbers them")
+    return local
+
+
 def _to_torch(parts: tuple, single: bool) -> Dict[str, Any]:
     tensors, keys, urls, info = parts
     out: Dict[str, Any] = {}
@@ -86,7 +134,8 @@ def _to_torch(parts: tuple, single: bool) -> Dict[str, Any]:
 _EXPLICIT_OPTIONS = ("fields", "tokens", "batch_size", "shuffle", "shuffle_buffer", "shuffle_size",
                      "seed", "epoch", "drop_last", "pad_remainder", "prefetch", "reader_threads",
                      "open_shards", "cache_dir", "cache_limit", "cache_mode", "pinned",
-                     "error_policy", "memory_budget", "rank", "world_size")
+                     "error_policy", "memory_budget", "rank", "world_size", "node_local",
+                     "local_world_size")
 _PASSTHROUGH_OPTIONS = tuple(
     name for name, p in inspect.signature(loader_options).parameters.items()
     if p.kind is inspect.Parameter.KEYWORD_ONLY
@@ -164,6 +213,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
                  memory_budget: Union[int, str, None] = None,
                  rank: Optional[int] = None,
                  world_size: Optional[int] = None,
+                 node_local: bool = False,
+                 local_world_size: Optional[int] = None,
                  **kwargs: Any) -> None:
         """
         Args:
@@ -195,6 +246,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
             memory_budget: bytes the pipeline may hold, e.g. ``"2GiB"`` [None: no budget].
             rank: this rank [None: torch.distributed, else $RANK, else 0].
             world_size: the rank count [None: torch.distributed, else $WORLD_SIZE, else 1].
+            node_local: assign shards to nodes once for all epochs, so each node's cache keeps
+                serving it [False].
+            local_world_size: ranks per node for ``node_local`` [None: $LOCAL_WORLD_SIZE
+                (torchrun), else SLURM's tasks per node].
             **kwargs: the less common :class:`shardstream.Loader` options, passed through.
         """
         super().__init__()
@@ -217,6 +272,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
             cache_dir=cache_dir, cache_limit=cache_limit, cache_mode=cache_mode, pinned=pinned,
             error_policy=error_policy, memory_budget=memory_budget, **kwargs)
         self._rank, self._world = rank, world_size
+        self._node_local, self._local_world = node_local, local_world_size
         self._epoch = epoch            # the epoch the next __iter__ reads
         self._pending: Optional[Dict[str, Any]] = None  # a state dict to restore at the next __iter__
         self._iters_since_load = 0
@@ -251,9 +307,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
         # A loader inherited through fork is left alone (its threads live in
         # the parent); the native side never touches it again.
         rank, world, worker, workers = topo
+        node: Dict[str, Any] = {}
+        if self._node_local and not solo:
+            local = self._local_world or ranks_per_node(rank, world)
+            node = {"node_local": True, "local_world_size": local}
         self._loader = Loader(self.urls, batch_size=self.batch_size or 1, rank=rank,
                               world_size=world, worker=worker, num_workers=workers,
-                              epoch=self._epoch, **self._kwargs)
+                              epoch=self._epoch, **node, **self._kwargs)
         self._pid, self._topo = os.getpid(), topo
         return self._loader
 
@@ -581,5 +641,5 @@ def gather_state_dict(dataset: ShardDataset) -> Dict[str, Any]:
     return merge_state_dicts(all_states)
 
 
-__all__ = ["ShardDataset", "topology", "local_topology", "merge_state_dicts", "gather_state_dict",
+__all__ = ["ShardDataset", "topology", "local_topology", "ranks_per_node", "merge_state_dicts", "gather_state_dict",
            "state_dict_from_stateful_dataloader", "passthrough"]

@@ -161,6 +161,8 @@ const std::vector<OptionRow>& OptionRows() {
       SS_SCALAR(seed, uint64_t),
       SS_SCALAR(epoch, int64_t),
       SS_SCALAR(pad_remainder, bool),
+      SS_SCALAR(node_local, bool),
+      SS_SCALAR(local_world_size, int),
       {"mode",
        [](LoaderOptions& o, py::handle v) {
          const std::string m = v.cast<std::string>();

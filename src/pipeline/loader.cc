@@ -126,6 +126,8 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
   po.num_workers = opt.num_workers;
   po.worker = opt.worker;
   po.remainder = opt.pad_remainder ? Remainder::kPad : Remainder::kDrop;
+  po.node_local = opt.node_local;
+  po.local_world_size = opt.local_world_size;
   if (opt.mode == LoaderMode::kEval) {
     po.in_order = true;
     po.remainder = Remainder::kSpread;
