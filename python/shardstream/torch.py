@@ -158,10 +158,11 @@ def _dataloader_auto_collation(frame: Any) -> Optional[bool]:
 
 
 class ShardDataset(torch.utils.data.IterableDataset):
-    """Batches (dicts of torch tensors) from a manifest or a brace pattern.
+    """Batches (dicts of torch tensors) from a data set of tar shards.
 
-    ``urls``: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://)
-    or a brace pattern such as ``"shards/data-{000000..000099}.tar"``.
+    ``urls``: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://),
+    a brace pattern such as ``"shards/data-{000000..000099}.tar"``, one shard,
+    a directory or s3:// prefix of shards, or a list of these (docs/manifest.md).
     The keyword arguments are the :class:`shardstream.Loader` options, named as
     WebDataset and Streaming users know them (see ``__init__``); the less common
     ones (``mode``, ``shuffle_initial``, ``direct_reads``, ...; docs/options.md
@@ -218,8 +219,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
                  **kwargs: Any) -> None:
         """
         Args:
-            urls: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://) or a brace
-                pattern.
+            urls: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://), a brace
+                pattern, a shard, a directory (s3:// prefix) of shards, or a list of these.
             fields: the sample fields that become tensors: names (``"tokens.npy"``), dicts
                 (``{"name", "output", "decode", "dtype", "shape", "optional"}``) or
                 ``{output: name}``.
