@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suite (ctest) and the Python suite (pytest).
+# Runs every test: the C++ suite (ctest) and the Python suite (pytest), the latter against both
+# `pip install .` and the self-contained wheel (scripts/build_wheel.sh, scripts/test_wheel.sh).
 #   scripts/test.sh             normal build in build/
 #   scripts/test.sh --sanitize  also the ASan+UBSan and the TSan builds of the C++ suite, and
 #                               clang's thread-safety analysis of the library
@@ -27,6 +28,11 @@ echo "== Python package (pip install .) and tests"
 .venv/bin/python -m pip install -q --no-build-isolation "$root"
 # Run from a neutral directory so the installed package, not the source tree, is tested.
 (cd "$root/tests/python" && "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/python")
+
+echo "== Python wheel (auditwheel) and tests"
+# The wheel pip alone installs (shared libraries bundled), tested in a fresh venv: .venv-wheel.
+bash scripts/build_wheel.sh "$root/dist"
+bash scripts/test_wheel.sh "$root/dist"
 
 if ((sanitize)); then
   echo "== Lock annotations under clang -Wthread-safety"
