@@ -7,7 +7,7 @@ namespace shardstream {
 namespace {
 
 constexpr char kUnits[] =
-    "B, KB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)";
+    "B, KB, MB, GB, TB, PB, EB (powers of 1000) or KiB, MiB, GiB, TiB, PiB, EiB (powers of 1024)";
 
 Status Bad(std::string_view text, const std::string& why) {
   return Status::Config("size '" + std::string(text) + "': " + why + "; expected a number with " +
@@ -23,7 +23,7 @@ std::string Lower(std::string_view s) {
 // Bytes per unit, or 0 for an unknown unit.
 unsigned __int128 UnitBytes(const std::string& unit) {
   if (unit.empty() || unit == "b") return 1;
-  static const char kPrefixes[] = "kmgtp";
+  static const char kPrefixes[] = "kmgtpe";
   const char* p = nullptr;
   for (const char* q = kPrefixes; *q; ++q)
     if (unit[0] == *q) p = q;
@@ -93,7 +93,8 @@ std::string FormatByteSize(uint64_t bytes) {
   }
   double d = static_cast<double>(bytes);
   p = 0;
-  while (d >= 1000 && p < 6) {
+  // 999.5 and up prints as 1000 with 3 digits: the next unit then.
+  while (p < 6 && d >= 999.5) {
     d /= 1000;
     ++p;
   }

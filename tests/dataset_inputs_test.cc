@@ -11,6 +11,7 @@
 #include "shardstream/loader.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/shard_writer.h"
+#include "support/fault_source.h"
 #include "support/loader_fixture.h"
 #include "support/test_util.h"
 
@@ -127,6 +128,42 @@ TEST(DatasetInputsTest, DamagedShardWithoutIndexNamesTheShard) {
   auto m = ResolveDataset({dir.path()});
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().ToString().find("shard-000001.tar"), std::string::npos) << m.status();
+}
+
+TEST(DatasetInputsTest, AnIndexReadErrorFailsInsteadOfLeavingCountsUnknown) {
+  // Ranks must agree on the counts: a transient error on one rank's read of a
+  // sidecar is an error, not "unknown" (which would plan by shards there).
+  TempDir dir;
+  auto shards = WriteBareShards(dir.path(), 2, 4);
+  ASSERT_TRUE(ResolveDataset({dir.path()}).ok());  // indexes written
+  auto fault = std::make_shared<testing::FaultSource>(LocalSource());
+  fault->FailNth(testing::FaultSource::Op::kOpen, 1, Status::Unavailable("injected 503"),
+                 /*sticky=*/true, ".idx");
+  ResolveOptions o;
+  o.source = fault.get();
+  auto m = ResolveDataset({dir.path()}, o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status();
+}
+
+TEST(DatasetInputsTest, PipeInputsAreShardsWhoseCountsAreNotLearned) {
+  TempDir dir;
+  auto shards = WriteBareShards(dir.path(), 1, 3);
+  auto m = ResolveDataset({"pipe:cat " + shards[0]});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards.size(), 1u);
+  EXPECT_EQ(m->shards[0].nsamples, -1);  // the command is not run again for an index
+  EXPECT_FALSE(std::filesystem::exists(shards[0] + ".idx"));
+}
+
+TEST(DatasetInputsTest, FingerprintDoesNotDependOnWhereTheDataIsMounted) {
+  TempDir a, b;
+  WriteBareShards(a.path(), 2, 5);
+  WriteBareShards(b.path(), 2, 5);
+  auto ma = ResolveDataset({a.path()});
+  auto mb = ResolveDataset({b.path()});
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  EXPECT_EQ(ma->Fingerprint(), mb->Fingerprint());
 }
 
 TEST(DatasetInputsTest, LoaderOverADirectorySplitsSamplesExactlyOnce) {

@@ -3,8 +3,8 @@
 // unit means the same thing everywhere:
 //
 //   B or no unit                     bytes
-//   k K KB  M MB  G GB  T TB  P PB   powers of 1000 (SI, as disks and S3 count)
-//   Ki KiB  Mi MiB  Gi GiB  Ti TiB  Pi PiB   powers of 1024
+//   k K KB  M MB  G GB  T TB  P PB  E EB   powers of 1000 (SI, as disks and S3 count)
+//   Ki KiB  Mi MiB  Gi GiB  Ti TiB  Pi PiB  Ei EiB   powers of 1024
 //
 // Units are case-insensitive ("mb" = "MB", "gib" = "GiB"); "b" is bytes,
 // never bits. The number may have a decimal part ("1.5GiB"); the result is

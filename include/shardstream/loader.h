@@ -76,7 +76,7 @@ SHARDSTREAM_EXPORT Result<LoaderState> MergeLoaderStates(const std::vector<Loade
 // Joins the own_state()s of disjoint consumers of one epoch into one state:
 // a position is delivered when no consumer still owes it (the intersection
 // of their delivered sets); partial documents are joined, one per (shard,
-// sample), the last given winning. Joined over every consumer it restores on
+// sample), with the most tokens delivered. Joined over every consumer it restores on
 // any topology; over some, it restores exactly their rest. On failure returns
 // kConfig as MergeLoaderStates does.
 SHARDSTREAM_EXPORT Result<LoaderState> MergeOwnLoaderStates(

@@ -9,6 +9,7 @@ array or tensor viewing it is gone.
 from __future__ import annotations
 
 import atexit
+import numbers
 import os
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
@@ -31,7 +32,8 @@ def parse_size(value: Union[int, str, None]) -> Optional[int]:
         return None
     if isinstance(value, bool):
         raise _core_config_error(f"size {value!r}: expected a number of bytes or a text such as '512MiB'")
-    if isinstance(value, int):
+    if isinstance(value, numbers.Integral):  # int, numpy integers
+        value = int(value)
         if value < 0:
             raise _core_config_error(f"size {value}: a size cannot be negative")
         return value

@@ -187,7 +187,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
     left with ``break`` is not continued by the next one); an older iterator of
     the same data set then raises RuntimeError if resumed. The current epoch is
     the one given by ``set_epoch(e)`` (like DistributedSampler), or after a
-    completed pass the next one. A state loaded with ``load_state_dict()`` is
+    completed pass the next one (a pass completed in DataLoader workers that are
+    not persistent ends in their copies: call ``set_epoch`` every epoch then). A state loaded with ``load_state_dict()`` is
     resumed by the next ``iter()`` instead (StatefulDataLoader protocol).
     Pickling drops the native loader; it is reopened in the worker.
     """

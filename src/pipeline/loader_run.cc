@@ -233,9 +233,10 @@ Status LoaderRun::Process(LaneItem* item) {
       refs_[i] = f ? FieldRef{f->data, f->offset, true} : FieldRef{};
     }
     row.fields = refs_.data();
-    if (!first_checked_) {
+    if (!first_checked_ && opt_.error_policy == ErrorPolicy::kRaise) {
       // A required field the very first sample lacks is most likely a name
-      // misspelt, not damaged data: say so, with the names there are.
+      // misspelt, not damaged data: say so, with the names there are. (Under
+      // a skip policy such a sample is skipped, as the caller asked.)
       first_checked_ = true;
       st = CheckFirstSampleFields(s);
     }

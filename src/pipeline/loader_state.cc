@@ -65,9 +65,11 @@ Result<LoaderState> MergeOwnLoaderStates(const std::vector<LoaderState>& states)
   for (const LoaderState& s : states) {
     for (const LoaderState::Partial& p : s.partial) {
       auto [it, fresh] = seen.emplace(std::make_pair(p.shard, p.sample), out.partial.size());
+      // Progress only grows: a consumer that restored a partial document
+      // it does not own still carries the older count.
       if (fresh)
         out.partial.push_back(p);
-      else
+      else if (p.tokens > out.partial[it->second].tokens)
         out.partial[it->second] = p;
     }
   }

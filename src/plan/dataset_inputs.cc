@@ -28,11 +28,22 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 
 Source& SourceOf(const ResolveOptions& o) { return o.source ? *o.source : *DefaultSource(); }
 
+// The manifest url is the shard's name, so a data set's fingerprint (which
+// resume states carry) does not depend on where it is mounted.
 ShardEntry EntryFor(const std::string& url) {
   ShardEntry e;
-  e.url = url;
+  e.url = UrlScheme(url) == "pipe" ? url : UrlBasename(url);
   e.resolved = url;
   return e;
+}
+
+// Sidecar indexes are looked for only where "<url>.idx" names one: files,
+// http(s) and s3 without a query (a pipe: command must not be run again, a
+// presigned url would be broken).
+bool MayHaveIndex(const std::string& url) {
+  const std::string scheme = UrlScheme(url);
+  return url.find('?') == std::string::npos &&
+         (scheme == "file" || scheme == "http" || scheme == "https" || scheme == "s3");
 }
 
 // The shards of a directory (or an object store prefix), in name order.
@@ -41,12 +52,12 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
   std::vector<ShardEntry> out;
   for (const FileInfo& f : files) {
     if (f.is_dir || !IsShardUrl(f.url)) continue;
-    ShardEntry e = EntryFor(f.url);
-    e.size = static_cast<int64_t>(f.size);
-    out.push_back(std::move(e));
+    // The size stays unknown (the index gives it): a listed symlink's size
+    // is its own, not its target's.
+    out.push_back(EntryFor(f.url));
   }
   std::sort(out.begin(), out.end(),
-            [](const ShardEntry& a, const ShardEntry& b) { return a.url < b.url; });
+            [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
   return out;
 }
 
@@ -58,7 +69,7 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
     out->insert(out->end(), m.shards.begin(), m.shards.end());
     return Status::OK();
   }
-  if (IsShardUrl(input)) {
+  if (IsShardUrl(input) || UrlScheme(input) == "pipe") {
     out->push_back(EntryFor(input));
     return Status::OK();
   }
@@ -72,6 +83,10 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
         out->insert(out->end(), listed->begin(), listed->end());
         return Status::OK();
       }
+      // A listing that failed says why (permission, credentials), unless
+      // there is simply nothing at that name.
+      if (!listed.ok() && (st.ok() || listed.status().code() != StatusCode::kNotFound))
+        return listed.status();
       if (st.ok())
         return Status(StatusCode::kNotFound,
                       "data set: no shards (.tar, .tar.zst, .tar.gz, .tgz) in directory " +
@@ -98,10 +113,20 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
     for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
       ShardEntry& e = m->shards[todo[k]];
       const std::string& url = e.resolved.empty() ? e.url : e.resolved;
+      if (!MayHaveIndex(url)) {
+        ++unknown;
+        continue;
+      }
       auto index = ReadSampleIndex(url, o.source);
-      if (!index.ok() && o.build_indexes && !LocalPath(url).empty() &&
-          (index.status().code() == StatusCode::kNotFound ||
-           index.status().code() == StatusCode::kCorrupt)) {
+      const StatusCode code = index.ok() ? StatusCode::kOk : index.status().code();
+      if (!index.ok() && code != StatusCode::kNotFound && code != StatusCode::kCorrupt) {
+        // A transient or permission error must fail the loader, not make
+        // this rank plan without counts while the others plan with them.
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = index.status();
+        continue;
+      }
+      if (!index.ok() && o.build_indexes && !LocalPath(url).empty()) {
         TarReaderOptions t;
         t.source = o.source;
         index = BuildSampleIndex(url, t);
@@ -135,7 +160,7 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
                          "their <shard>.idx sidecars (a manifest avoids this: shardstream manifest)",
                          built.load());
   if (unknown > 0 && o.build_indexes)
-    internal::Log().warn("data set: {} remote shards have no index, so their sample counts are "
+    internal::Log().warn("data set: {} shards (remote, pipe: or presigned) have no index, so their sample counts are "
                          "unknown and ranks are balanced by shards, not samples; write a manifest "
                          "(shardstream manifest) or indexes (shardstream index)",
                          unknown.load());

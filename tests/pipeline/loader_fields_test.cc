@@ -58,7 +58,6 @@ TEST(LoaderFieldsTest, MisspeltFieldIsAConfigErrorListingTheFields) {
   auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 10});
   LoaderOptions o = testing::FieldOptions(d.manifest);
   o.fields = {FieldSpec{"x.npy"}, FieldSpec{"clss"}};
-  o.error_policy = ErrorPolicy::kSkipSample;  // not a damaged sample: never skipped
   auto l = *Loader::Create(o);
   auto b = l->next();
   ASSERT_FALSE(b.ok());
@@ -69,6 +68,13 @@ TEST(LoaderFieldsTest, MisspeltFieldIsAConfigErrorListingTheFields) {
   EXPECT_NE(msg.find("'x.npy'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'txt'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("shard-"), std::string::npos) << msg;  // the shard is named
+  // Under a skip policy the caller asked for such samples to be skipped.
+  o.error_policy = ErrorPolicy::kSkipSample;
+  auto skipping = *Loader::Create(o);
+  auto end = skipping->next();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_TRUE(end->empty());
+  EXPECT_EQ(skipping->stats().skipped_samples, 20u);
 }
 
 // Sample i has "a.cls" always, "b.txt" when i % 3 == 1 (so not the first),

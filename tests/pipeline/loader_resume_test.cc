@@ -214,6 +214,23 @@ TEST(LoaderResumeTest, OwnStatesMergedResumeOnAnotherTopology) {
   EXPECT_EQ(MergeOwnLoaderStates({own[0], alien}).status().code(), StatusCode::kConfig);
 }
 
+TEST(LoaderResumeTest, MergedOwnStatesKeepTheMostProgressOfAPartialDocument) {
+  // A consumer that restored a partial document it does not own still
+  // carries the older count: the merge keeps the larger, in any order.
+  LoaderState a, b;
+  a.resume.fingerprint = b.resume.fingerprint = "fp";
+  a.resume.segment_length = b.resume.segment_length = 10;
+  a.partial = {LoaderState::Partial{1, 2, 300}};
+  b.partial = {LoaderState::Partial{1, 2, 100}, LoaderState::Partial{0, 5, 7}};
+  for (const auto& order : {std::vector<LoaderState>{a, b}, std::vector<LoaderState>{b, a}}) {
+    auto m = MergeOwnLoaderStates(order);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_EQ(m->partial.size(), 2u);
+    for (const auto& p : m->partial)
+      EXPECT_EQ(p.tokens, p.shard == 1 ? 300 : 7);
+  }
+}
+
 TEST(LoaderResumeTest, RestoreRejectsAnotherSeed) {
   TempDir dir;
   auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 10});

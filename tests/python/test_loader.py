@@ -239,6 +239,7 @@ def test_parse_size_is_the_one_parser_of_cli_and_cpp():
     assert shardstream.parse_size("64k") == 64_000
     assert shardstream.parse_size("2 gib") == 2 << 30
     assert shardstream.parse_size(12) == 12
+    assert shardstream.parse_size(np.int64(5)) == 5
     assert shardstream.parse_size(1e9) == 10**9
     assert shardstream.parse_size(None) is None
     for bad in ("lots", "12parsecs", "-1MB", "", "1.5.2GB", "MB", True, -3, [1]):

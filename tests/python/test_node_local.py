@@ -49,19 +49,22 @@ def shard_bytes_sent(log):
 def test_second_epoch_downloads_nothing_and_every_sample_once(served, tmp_path):
     url, log, total = served
     caches = [str(tmp_path / "node0-cache"), str(tmp_path / "node1-cache")]
+    # One data set per rank for the whole run, as in training (closing one
+    # mid-run would cancel a download it had already read).
+    ranks = [ShardDataset(url, fields=["cls"], batch_size=8, seed=3, rank=rank, world_size=4,
+                          node_local=True, local_world_size=2, cache_dir=caches[rank // 2],
+                          cache_limit="1GB") for rank in range(4)]
     sent = []
     for epoch in range(3):
         before = shard_bytes_sent(log)
         keys = []
-        for rank in range(4):
-            ds = ShardDataset(url, fields=["cls"], batch_size=8, seed=3, rank=rank, world_size=4,
-                              node_local=True, local_world_size=2, cache_dir=caches[rank // 2],
-                              cache_limit="1GB")
+        for ds in ranks:
             ds.set_epoch(epoch)
             keys += [k for b in ds.dataloader() for k in b["__key__"]]
-            ds.close()
         assert len(keys) == len(set(keys)) == total, epoch
         sent.append(shard_bytes_sent(log) - before)
+    for ds in ranks:
+        ds.close()
     assert sent[0] > 0
     assert sent[1] == 0 and sent[2] == 0, sent
 
