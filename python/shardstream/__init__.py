@@ -8,7 +8,7 @@ threads, so DataLoader workers may fork safely.
 
 from __future__ import annotations
 
-from . import _core, _logging, metrics
+from . import _core, _logging, convert, metrics
 from .errors import (AuthError, CancelledError, ChecksumError, ConfigError, CorruptError, Error,
                      IoError, NotFoundError, UnavailableError)
 from .loader import Loader, merge_own_states, merge_states, parse_size
