@@ -132,7 +132,13 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
     po.in_order = true;
     po.remainder = Remainder::kSpread;
   }
-  SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(manifest, po, resume));
+  // An eval-mode epoch is laid out in another order: its states name it, so
+  // a train loader refuses them (and the other way round).
+  std::vector<int64_t> counts(manifest.shards.size());
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = manifest.shards[i].nsamples;
+  const std::string fingerprint =
+      manifest.Fingerprint() + (opt.mode == LoaderMode::kEval ? "/eval" : "");
+  SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(counts, fingerprint, po, resume));
   tracker = std::make_unique<DeliveryTracker>(plan);
   pending.clear();
   pending.reserve(kPendingDeliveries);
