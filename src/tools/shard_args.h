@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
@@ -22,20 +23,11 @@
 
 namespace shardstream::tools {
 
-inline bool IsManifestArg(const std::string& url) {
-  std::string path = url.substr(0, url.find('?'));
-  auto ends = [&](const std::string& suffix) {
-    return path.size() >= suffix.size() &&
-           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends(".jsonl") || ends(".csv") || ends(".json");
-}
-
 // The shards named by `args`, manifests expanded in order.
 inline Result<std::vector<ShardRef>> ExpandShardArgs(const std::vector<std::string>& args) {
   std::vector<ShardRef> out;
   for (const auto& a : args) {
-    if (!IsManifestArg(a)) {
+    if (!IsManifestUrl(a)) {
       out.emplace_back(a);
       continue;
     }

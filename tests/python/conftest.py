@@ -1,8 +1,12 @@
 """Shared fixtures: small real shard sets written by shardstream.ShardWriter."""
 
+import contextlib
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -46,3 +50,31 @@ def sample_ids(batch):
 def read_manifest(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+@contextlib.contextmanager
+def moto_s3_server():
+    """moto's S3 (and IAM) server on loopback with authentication enforced.
+    Yields (endpoint, {"access_key", "secret_key"}) of a user allowed everything."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.1)
+        endpoint = f"http://127.0.0.1:{port}"
+        setup = os.path.join(HERE, "..", "servers", "moto_setup.py")
+        out = subprocess.check_output([sys.executable, setup, endpoint], text=True).split()
+        yield endpoint, dict(zip(out[::2], out[1::2]))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

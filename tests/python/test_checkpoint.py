@@ -5,15 +5,12 @@ from the remote alone and past a corrupt checkpoint."""
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 
 import shardstream
+from conftest import moto_s3_server
 from shardstream.torch import ShardDataset
 
 
@@ -111,25 +108,7 @@ def moto_s3(monkeypatch):
     """moto's S3 server with authentication enforced, a bucket "ckpt", and the
     AWS_* environment pointing at it."""
     import boto3
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto did not start"
-                time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
-        setup = os.path.join(os.path.dirname(__file__), "..", "servers", "moto_setup.py")
-        out = subprocess.check_output([sys.executable, setup, endpoint], text=True).split()
-        keys = dict(zip(out[::2], out[1::2]))
+    with moto_s3_server() as (endpoint, keys):
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["access_key"])
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["secret_key"])
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
@@ -139,9 +118,6 @@ def moto_s3(monkeypatch):
                           aws_secret_access_key=keys["secret_key"])
         s3.create_bucket(Bucket="ckpt")
         yield s3
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_s3_upload_rotation_and_restore_from_the_remote_alone(tmp_path, moto_s3):

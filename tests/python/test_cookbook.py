@@ -15,12 +15,12 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
+
+from conftest import moto_s3_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -47,26 +47,7 @@ def cli_dir():
 @pytest.fixture(scope="module")
 def s3_env():
     import boto3
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto did not start"
-                time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
-        out = subprocess.check_output(
-            [sys.executable, os.path.join(ROOT, "tests", "servers", "moto_setup.py"), endpoint],
-            text=True).split()
-        keys = dict(zip(out[::2], out[1::2]))
+    with moto_s3_server() as (endpoint, keys):
         env = {"AWS_ACCESS_KEY_ID": keys["access_key"], "AWS_SECRET_ACCESS_KEY": keys["secret_key"],
                "AWS_ENDPOINT_URL_S3": endpoint, "AWS_REGION": "us-east-1"}
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
@@ -74,9 +55,6 @@ def s3_env():
                           aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
         s3.create_bucket(Bucket="my-bucket")
         yield env, s3
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def make_inputs(work):
