@@ -18,6 +18,9 @@ _ss_pkg(zstd libzstd)
 _ss_pkg(xxhash libxxhash)
 _ss_pkg(curl libcurl)
 _ss_pkg(crypto libcrypto)  # SHA-256/HMAC for AWS SigV4
+_ss_pkg(jpeg libjpeg)      # libjpeg-turbo: crop, skip and DCT-scaled decoding
+_ss_pkg(spng spng)         # PNG, row by row
+_ss_pkg(webp libwebp)
 
 if(NOT TARGET ss_dep::json)
   find_package(nlohmann_json 3 REQUIRED)

@@ -8,6 +8,7 @@ cd "$root"
 
 debs=(build-essential cmake ninja-build pkg-config git
       libarchive-dev libcurl4-openssl-dev libzstd-dev libxxhash-dev libspdlog-dev
+      libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libwebp-dev
       libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
       libarchive-tools tar gzip zstd curl nginx-light
       clang-14 libclang-rt-14-dev python3 python3-venv python3-dev)

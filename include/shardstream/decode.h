@@ -8,7 +8,9 @@
 //   .txt .text .json   string (UTF-8 checked) -- kBytes keeps raw bytes
 //   anything else   bytes
 // kRaw reads headerless little-endian elements of a declared dtype and shape
-// (one dimension may be -1: inferred from the byte count).
+// (one dimension may be -1: inferred from the byte count). kImage decodes
+// JPEG/PNG/WebP to uint8 RGB per FieldSpec::image (image.h); the loader does
+// that in its reader threads.
 //
 // Bad input gives kCorrupt naming the sample key, the field, the shard url
 // and the byte offset in the shard.
@@ -24,6 +26,7 @@
 
 #include "shardstream/dtype.h"
 #include "shardstream/export.h"
+#include "shardstream/image.h"
 #include "shardstream/result.h"
 
 namespace shardstream {
@@ -35,6 +38,19 @@ enum class FieldDecode {
   kBytes,   // the bytes as they are
   kString,  // the bytes, checked to be UTF-8
   kLabel,   // decimal integer text -> int64 scalar
+  kImage,   // JPEG, PNG or WebP -> uint8 RGB per FieldSpec::image (image.h)
+};
+
+// A field whose shape varies from sample to sample.
+enum class Ragged {
+  kError,  // stacked: a sample of another shape is an error
+  // Each row's elements as bytes (TensorView::bytes), with its shape in a
+  // companion int64 tensor "<output>.shape" [B, ndim]; Python gives a list
+  // of tensors.
+  kList,
+  // As kList in C++; Python pads the rows to the batch's largest shape with
+  // zeros and adds "<output>.lengths" (the shape column).
+  kPad,
 };
 
 // One field a batch takes from each sample.
@@ -55,6 +71,11 @@ struct FieldSpec {
   // A sample without this field: an error (false), or an empty/zero value
   // (true). Default: false.
   bool optional = false;
+  // kImage: size, crop, flip, layout, pixel limit. An image without a size
+  // is ragged (kList unless `ragged` says kPad).
+  ImageSpec image;
+  // Variable shapes. Default: kError (kList for images without a size).
+  Ragged ragged = Ragged::kError;
 
   const std::string& output_name() const { return output.empty() ? name : output; }
 };

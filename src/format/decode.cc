@@ -158,6 +158,9 @@ Result<DecodedField> DecodeField(std::string_view bytes, const FieldSpec& spec,
       f.data = bytes;
       return f;
     }
+    case FieldDecode::kImage:
+      return Status::Config("field '" + spec.name +
+                            "': image fields need a pixel buffer: use DecodeImage (image.h)");
   }
   return Status::Config("unknown field decoding");
 }

@@ -25,6 +25,7 @@ enum class Domain : uint64_t {
   kShardOrder = 1,  // per-epoch shard order (per node)
   kNodeAssign = 2,  // node-local assignment of shards to nodes (once)
   kResampled = 3,   // resampled draws
+  kImage = 4,       // image crops and flips (per epoch and sample key)
 };
 
 // A 64-bit seed for one purpose, from the user's seed and up to three
