@@ -5,7 +5,8 @@
 // copy of the Batch (or of owner()) is dropped.
 //
 // Fixed-shape fields are stacked into one C-order tensor [rows, ...]. Byte
-// and string fields are variable-length: TensorView::bytes(row). Packed or
+// and string fields are variable-length: TensorView::bytes(row); so are
+// ragged tensors, whose shapes are in a companion "<name>.shape" tensor. Packed or
 // padded token batches have the tensors described in options.h
 // (TokenOptions).
 //
@@ -21,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardstream/decode.h"
 #include "shardstream/dtype.h"
 #include "shardstream/export.h"
 #include "shardstream/pinned_pool.h"
@@ -39,6 +41,9 @@ struct TensorView {
   DType dtype = DType::kUint8;
   bool is_bytes = false;    // variable-length bytes, one string per row
   bool is_string = false;   // bytes checked to be UTF-8
+  // A ragged field (FieldSpec::ragged): is_bytes rows holding elements of
+  // `dtype`, row r's shape in row r of the int64 tensor "<name>.shape".
+  Ragged ragged = Ragged::kError;
   int ndim = 0;             // dimensions including the leading batch one
   int64_t shape[kMaxDims] = {};
   void* data = nullptr;     // fixed-shape tensors: C-order elements

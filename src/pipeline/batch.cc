@@ -50,7 +50,8 @@ void BatchWriter::Begin(std::shared_ptr<HostBuffer> slot,
   overflow_.reset();
 }
 
-int64_t BatchWriter::Append(std::string_view bytes) {
+int64_t BatchWriter::Append(std::string_view bytes, size_t align) {
+  if (align > 1) arena_used_ = std::min(arena_cap_, (arena_used_ + align - 1) / align * align);
   if (arena_used_ + bytes.size() > arena_cap_) {
     if (!overflow_) {
       overflow_ = std::make_shared<Overflow>();
@@ -70,8 +71,8 @@ int64_t BatchWriter::Append(std::string_view bytes) {
   return at;
 }
 
-void BatchWriter::SetBytes(size_t c, int64_t row, std::string_view bytes) {
-  int64_t at = Append(bytes);
+void BatchWriter::SetBytes(size_t c, int64_t row, std::string_view bytes, size_t align) {
+  int64_t at = Append(bytes, align);
   int64_t* spans = reinterpret_cast<int64_t*>(column(c));
   spans[2 * row] = at;
   spans[2 * row + 1] = at + static_cast<int64_t>(bytes.size());
@@ -123,6 +124,7 @@ TensorView Batch::tensor(size_t i) const {
   t.dtype = c.dtype;
   t.is_bytes = c.is_bytes;
   t.is_string = c.is_string;
+  t.ragged = c.ragged;
   t.ndim = 1 + c.ndim;
   t.shape[0] = header_->rows;
   for (int d = 0; d < c.ndim; ++d) t.shape[d + 1] = c.shape[d];

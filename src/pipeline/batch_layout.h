@@ -22,6 +22,9 @@ struct ColumnLayout {
   std::string name;
   bool is_bytes = false;
   bool is_string = false;
+  // Ragged: bytes per row holding elements of dtype, their shape in
+  // another column (ndim here is theirs).
+  Ragged ragged = Ragged::kError;
   DType dtype = DType::kUint8;
   int ndim = 0;  // per row
   int64_t shape[kMaxDims] = {};
@@ -70,7 +73,9 @@ class SHARDSTREAM_EXPORT BatchWriter {
   void Begin(std::shared_ptr<HostBuffer> slot, std::shared_ptr<const std::vector<std::string>> urls,
              int64_t epoch, int64_t index);
   char* column(size_t c) { return base_ + layout_->columns[c].offset; }
-  void SetBytes(size_t c, int64_t row, std::string_view bytes);
+  // `align`: the bytes start at a multiple of it in the arena (ragged
+  // tensors' elements).
+  void SetBytes(size_t c, int64_t row, std::string_view bytes, size_t align = 1);
   void AddSample(SampleId id, std::string_view key);
   void set_rows(int64_t rows) { header_->rows = rows; }
   void set_carry(SampleId id, int64_t tokens) {
@@ -86,7 +91,7 @@ class SHARDSTREAM_EXPORT BatchWriter {
   uint64_t overflows() const { return overflows_.load(std::memory_order_relaxed); }
 
  private:
-  int64_t Append(std::string_view bytes);  // into the arena; returns its offset
+  int64_t Append(std::string_view bytes, size_t align = 1);  // into the arena; returns its offset
 
   struct Overflow {
     std::vector<char> arena;

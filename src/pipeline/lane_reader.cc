@@ -246,8 +246,8 @@ bool LaneReader::Produce(LaneItem* item) {
   item->kind = LaneItem::kSample;
   item->shard = r.shard;
   item->bytes = item->sample.bytes();
-  unpublished_bytes_ += item->bytes;
-  if (config_->prepare) config_->prepare(item);
+  unpublished_bytes_ += item->bytes;  // read from the source
+  if (config_->prepare) config_->prepare(item);  // may add what it made (decoded images)
   return false;
 }
 

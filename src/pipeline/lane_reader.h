@@ -58,6 +58,13 @@ struct LaneItem {
   size_t decoded_field = 0;  // index in sample.fields
   DecodedField decoded;
   Status decode_status;
+  // Image fields decoded ahead (one per fixed-size image field, in field
+  // order; a missing field leaves its entry empty): the pixels, and the
+  // tensor viewing them. The buffers travel with the item (swaps), so they
+  // are reused rather than allocated per sample.
+  std::vector<std::vector<uint8_t>> pixels;
+  std::vector<DecodedField> images;
+  std::vector<bool> image_present;
   // kDirect: the chunk and its first sample (direct_reads.h), and where
   // its bytes come from.
   DirectDoc direct;
@@ -73,6 +80,9 @@ struct LaneItem {
     swap(a.decoded_field, b.decoded_field);
     swap(a.decoded, b.decoded);
     swap(a.decode_status, b.decode_status);
+    swap(a.pixels, b.pixels);
+    swap(a.images, b.images);
+    swap(a.image_present, b.image_present);
     a.direct.shard.swap(b.direct.shard);
     swap(a.direct.sample, b.direct.sample);
     swap(a.source, b.source);

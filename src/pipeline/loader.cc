@@ -179,8 +179,11 @@ Status Validate(const LoaderOptions& o) {
       return Status::Config("loader: token dtypes must be integer types");
   }
   if (o.fields.size() > 64) return Status::Config("loader: at most 64 fields");
-  for (const FieldSpec& f : o.fields)
+  for (const FieldSpec& f : o.fields) {
     if (f.name.empty()) return Status::Config("loader: a field spec has no name");
+    if (f.decode == FieldDecode::kImage)
+      SHARDSTREAM_RETURN_IF_ERROR(ValidateImageSpec(f.image, f.name).WithContext("loader"));
+  }
   if (o.mode == LoaderMode::kEval && (o.drop_last || o.pad_remainder))
     return Status::Config("loader: eval mode reads every sample once: drop_last and "
                           "pad_remainder must be false");
@@ -232,6 +235,17 @@ MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
       std::min(static_cast<double>(queue) * avg, static_cast<double>(internal::RingBytes(o)) + 8 * avg);
   const double shuffle = static_cast<double>(std::max<int64_t>(o.shuffle_buffer, 1));
   e.buffered = static_cast<uint64_t>(static_cast<double>(lanes) * per_lane + shuffle * std::min(2 * avg, static_cast<double>(chunk)));
+  // Images decoded ahead: their pixels sit with their samples in the rings
+  // (within the rings' byte bound) and in the shuffle buffer; each batch
+  // slot holds a batch of them.
+  double pixels = 0;
+  for (const FieldSpec& f : o.fields)
+    if (f.decode == FieldDecode::kImage && f.image.height > 0)
+      pixels += 3.0 * f.image.height * f.image.width;
+  e.buffered += static_cast<uint64_t>(pixels * shuffle + static_cast<double>(lanes) *
+                                                           static_cast<double>(internal::RingBytes(o)) *
+                                                           (pixels > 0 ? 1 : 0));
+  e.slots += nslots * static_cast<uint64_t>(pixels) * B;
   // Allocator slack (per-thread arenas, fragmentation from fields copied
   // out of chunk boundaries): a quarter more, plus thread stacks in use,
   // rings and tables.

@@ -41,6 +41,33 @@ void DecodeTokens(const FieldSpec& spec, LaneItem* item) {
   }
 }
 
+// The fixed-size image fields of a sample item, decoded (cropped, resized)
+// by the worker that read it, so decoding runs on every reader thread and
+// the assembler only copies pixels. Geometry depends on the sample key, not
+// on the order, so decoding before the shuffle changes nothing.
+void DecodeImages(const std::vector<FieldSpec>& fields, const std::vector<size_t>& which,
+                  uint64_t seed, int64_t epoch, LaneItem* item) {
+  const Sample& s = item->sample;
+  item->pixels.resize(which.size());
+  item->images.resize(which.size());
+  item->image_present.assign(which.size(), false);
+  item->decode_status = Status::OK();
+  for (size_t k = 0; k < which.size(); ++k) {
+    const FieldSpec& spec = fields[which[k]];
+    const Field* f = s.Find(spec.name);
+    if (f == nullptr) continue;  // the batcher reports it, or fills it (optional)
+    auto img = DecodeImage(f->data, spec.image, ImageDraw{seed, epoch, s.key}, &item->pixels[k],
+                           FieldContext{s.key, spec.name, s.url, f->offset});
+    if (!img.ok()) {
+      item->decode_status = img.status();
+      return;
+    }
+    item->images[k] = *img;
+    item->image_present[k] = true;
+    item->bytes += item->pixels[k].size();
+  }
+}
+
 }  // namespace
 
 LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
@@ -92,6 +119,20 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     lc.direct_dtype = opt_.tokens.dtype;
     lc.direct_recycler = config_.recycler;
     lc.missing_indexes = config_.missing_indexes;
+  } else {
+    for (size_t i = 0; i < opt_.fields.size(); ++i) {
+      const FieldSpec& f = opt_.fields[i];
+      if (f.decode == FieldDecode::kImage && f.image.height > 0) {
+        image_slot_.resize(opt_.fields.size(), -1);
+        image_slot_[i] = static_cast<int>(image_fields_.size());
+        image_fields_.push_back(i);
+      }
+    }
+    if (!image_fields_.empty()) {
+      lc.prepare = [this](LaneItem* item) {
+        DecodeImages(opt_.fields, image_fields_, opt_.seed, config_.epoch, item);
+      };
+    }
   }
   const bool direct = lc.direct;
   lc.consume = [this] { return Assemble(); };
@@ -117,6 +158,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   } else {
     batcher_ = std::make_unique<SampleBatcher>(opt_.fields, opt_.batch_size, pool, emit);
     batcher_->slots().set_epoch(config_.epoch, config_.urls);
+    batcher_->set_draw(opt_.seed, config_.epoch);
     refs_.resize(opt_.fields.size());
   }
 }
@@ -231,6 +273,10 @@ Status LoaderRun::Process(LaneItem* item) {
     for (size_t i = 0; i < opt_.fields.size(); ++i) {
       const Field* f = s.Find(opt_.fields[i].name);
       refs_[i] = f ? FieldRef{f->data, f->offset, true} : FieldRef{};
+      if (f != nullptr && !image_slot_.empty() && image_slot_[i] >= 0) {
+        const size_t k = static_cast<size_t>(image_slot_[i]);
+        if (k < item->image_present.size() && item->image_present[k]) refs_[i].decoded = &item->images[k];
+      }
     }
     row.fields = refs_.data();
     if (!first_checked_ && opt_.error_policy == ErrorPolicy::kRaise) {
@@ -240,6 +286,7 @@ Status LoaderRun::Process(LaneItem* item) {
       first_checked_ = true;
       st = CheckFirstSampleFields(s);
     }
+    if (st.ok() && !image_fields_.empty()) st = item->decode_status;  // an image that would not decode
     if (st.ok()) st = batcher_->Add(row);
   }
   ReleaseChunks(item);

@@ -100,6 +100,10 @@ class LoaderRun {
   Status CheckFirstSampleFields(const Sample& s) const;
   std::unique_ptr<TokenPacker> packer_;
   std::vector<FieldRef> refs_;
+  // Fixed-size image fields, decoded by the readers (LaneItem::images):
+  // their field indices, and per field its entry there (-1: none).
+  std::vector<size_t> image_fields_;
+  std::vector<int> image_slot_;
   // The first sample of the run was checked for the fields asked for.
   bool first_checked_ = false;
   // Eval mode: the plan range being read (ranges are taken in order).

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "shardstream/batch.h"
+#include "shardstream/decode.h"
 
 namespace shardstream::internal {
 
@@ -16,6 +17,7 @@ struct FieldRef {
   std::string_view data;
   uint64_t offset = 0;
   bool present = false;
+  const DecodedField* decoded = nullptr;  // decoded ahead (images), or null
 };
 
 struct RowInput {

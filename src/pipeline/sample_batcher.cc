@@ -15,9 +15,16 @@ SampleBatcher::SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, 
     : fields_(std::move(fields)),
       batch_size_(batch_size),
       slots_(std::move(pool), std::move(emit)),
-      decoded_(fields_.size()) {
-  for (size_t i = 0; i < fields_.size(); ++i)
-    if (fields_[i].optional) optional_.push_back(i);
+      decoded_(fields_.size()),
+      shape_col_(fields_.size(), 0),
+      pixels_(fields_.size()) {
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    const FieldSpec& f = fields_[i];
+    if (f.optional) optional_.push_back(i);
+    Ragged r = f.ragged;
+    if (r == Ragged::kError && f.decode == FieldDecode::kImage && f.image.height == 0) r = Ragged::kList;
+    ragged_.push_back(r);
+  }
 }
 
 Result<DecodedField> SampleBatcher::Absent(const FieldSpec& spec) const {
@@ -45,8 +52,24 @@ Result<DecodedField> SampleBatcher::Absent(const FieldSpec& spec) const {
       for (int k = 0; k < d.ndim; ++k) d.shape[k] = spec.shape[k];
       return d;
     }
+    case FieldDecode::kImage: {
+      d.is_tensor = true;
+      d.ndim = 3;
+      const bool hwc = spec.image.layout == ImageLayout::kHWC;
+      d.shape[hwc ? 0 : 1] = spec.image.height;
+      d.shape[hwc ? 1 : 2] = spec.image.width;
+      d.shape[hwc ? 2 : 0] = 3;
+      return d;
+    }
     case FieldDecode::kNpy:
       break;
+  }
+  if (spec.ragged != Ragged::kError && how == FieldDecode::kRaw && !spec.shape.empty() &&
+      static_cast<int>(spec.shape.size()) <= kMaxDims) {
+    d.is_tensor = true;
+    d.dtype = spec.dtype;
+    d.ndim = static_cast<int>(spec.shape.size());
+    return d;
   }
   return Status::Config("optional field '" + spec.name +
                         "' is missing from the first sample, and its spec does not fix its type: "
@@ -60,11 +83,20 @@ Status SampleBatcher::InitLayout(const std::vector<DecodedField>& decoded) {
     const DecodedField& d = decoded[i];
     ColumnLayout c;
     c.name = fields_[i].output_name();
-    c.is_bytes = !d.is_tensor;
+    c.is_bytes = !d.is_tensor || ragged_[i] != Ragged::kError;
     c.is_string = d.is_string;
+    if (ragged_[i] != Ragged::kError) {
+      if (!d.is_tensor || d.is_label)
+        return Status::Config("field '" + fields_[i].name +
+                              "': ragged needs a tensor field (npy, raw or image)");
+      c.ragged = ragged_[i];
+    }
     c.dtype = d.dtype;
     c.ndim = d.ndim;
     for (int k = 0; k < d.ndim; ++k) c.shape[k] = d.shape[k];
+    if (c.ragged != Ragged::kError) {
+      for (int k = 0; k < d.ndim; ++k) c.shape[k] = 0;  // per row: see the shape column
+    }
     c.row_bytes = c.is_bytes ? 0 : static_cast<size_t>(d.elements()) * DTypeSize(d.dtype);
     cols.push_back(std::move(c));
   }
@@ -73,6 +105,17 @@ Status SampleBatcher::InitLayout(const std::vector<DecodedField>& decoded) {
     c.name = fields_[i].output_name() + ".present";
     c.dtype = DType::kBool;
     c.row_bytes = 1;
+    cols.push_back(std::move(c));
+  }
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (ragged_[i] == Ragged::kError) continue;
+    ColumnLayout c;
+    c.name = fields_[i].output_name() + ".shape";
+    c.dtype = DType::kInt64;
+    c.ndim = 1;
+    c.shape[0] = decoded[i].ndim;
+    c.row_bytes = sizeof(int64_t) * static_cast<size_t>(decoded[i].ndim);
+    shape_col_[i] = cols.size();
     cols.push_back(std::move(c));
   }
   return slots_.Init(BatchLayout::Make(std::move(cols), batch_size_, batch_size_,
@@ -95,7 +138,14 @@ Status SampleBatcher::Add(const RowInput& row) {
       decoded_[i].data = {};
       continue;
     }
-    SHARDSTREAM_ASSIGN_OR_RETURN(decoded_[i], DecodeField(f.data, spec, ctx));
+    if (f.decoded != nullptr) {
+      decoded_[i] = *f.decoded;
+    } else if (spec.decode == FieldDecode::kImage) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(
+          decoded_[i], DecodeImage(f.data, spec.image, ImageDraw{seed_, epoch_, row.key}, &pixels_[i], ctx));
+    } else {
+      SHARDSTREAM_ASSIGN_OR_RETURN(decoded_[i], DecodeField(f.data, spec, ctx));
+    }
   }
   if (!slots_.ready()) SHARDSTREAM_RETURN_IF_ERROR(InitLayout(decoded_));
   // Check every field before writing any, so a skipped sample leaves no trace.
@@ -105,6 +155,14 @@ Status SampleBatcher::Add(const RowInput& row) {
     const DecodedField& d = decoded_[i];
     if (!row.fields[i].present) continue;
     FieldContext ctx{row.key, fields_[i].name, row.url, row.fields[i].offset};
+    if (c.ragged != Ragged::kError) {
+      if (!d.is_tensor || d.is_label || d.dtype != c.dtype || d.ndim != c.ndim)
+        return FieldError(ctx, 0, "ragged field is " + std::string(DTypeName(d.dtype)) + " with " +
+                                      std::to_string(d.ndim) + " dimensions, but the batch holds " +
+                                      std::string(DTypeName(c.dtype)) + " with " +
+                                      std::to_string(c.ndim));
+      continue;
+    }
     if (c.is_bytes != !d.is_tensor)
       return FieldError(ctx, 0, "field changed from tensor to bytes between samples");
     if (c.is_bytes) continue;
@@ -116,8 +174,8 @@ Status SampleBatcher::Add(const RowInput& row) {
       std::string got = std::string(DTypeName(d.dtype)) + "[";
       for (int k = 0; k < d.ndim; ++k) got += (k ? "," : "") + std::to_string(d.shape[k]);
       return FieldError(ctx, 0, "is " + got + "] but the batch stacks " + want +
-                                    "] (use a bytes field or token batching for "
-                                    "variable shapes)");
+                                    "] (for variable shapes give the field \"ragged\": "
+                                    "\"list\" or \"pad\")");
     }
   }
   SHARDSTREAM_RETURN_IF_ERROR(slots_.EnsureBatch());
@@ -125,7 +183,12 @@ Status SampleBatcher::Add(const RowInput& row) {
   const int64_t r = w.rows();
   for (size_t i = 0; i < fields_.size(); ++i) {
     const ColumnLayout& c = layout.columns[i];
-    if (c.is_bytes) {
+    if (c.ragged != Ragged::kError) {
+      const bool have = row.fields[i].present;
+      w.SetBytes(i, r, have ? decoded_[i].bytes() : std::string_view(), 8);
+      auto* shape = reinterpret_cast<int64_t*>(w.column(shape_col_[i])) + r * c.ndim;
+      for (int k = 0; k < c.ndim; ++k) shape[k] = have ? decoded_[i].shape[k] : 0;
+    } else if (c.is_bytes) {
       w.SetBytes(i, r, row.fields[i].present ? decoded_[i].data : std::string_view());
     } else {
       char* dst = w.column(i) + static_cast<size_t>(r) * c.row_bytes;

@@ -2,7 +2,9 @@
 // slot of its SlotSource (fixed shapes stacked, ragged fields in the slot's
 // arena) and emits each batch when full. Each optional field also gets a
 // bool column "<output>.present" [B]: whether the sample had it (a missing
-// field's value is zeros, or empty bytes).
+// field's value is zeros, or empty bytes). A ragged field (FieldSpec::
+// ragged, or an image without a size) has its rows' elements in the arena
+// and an int64 column "<output>.shape" [B, ndim].
 //
 // Thread-safety: used by one thread (the assembler).
 #ifndef SHARDSTREAM_PIPELINE_SAMPLE_BATCHER_H_
@@ -23,6 +25,11 @@ class SHARDSTREAM_EXPORT SampleBatcher {
   SampleBatcher(std::vector<FieldSpec> fields, int64_t batch_size, PoolConfig pool, EmitFn emit);
   SlotSource& slots() { return slots_; }
   const SlotSource& slots() const { return slots_; }
+  // Where image geometry is drawn from (images not decoded ahead).
+  void set_draw(uint64_t seed, int64_t epoch) {
+    seed_ = seed;
+    epoch_ = epoch;
+  }
   // Decodes row's fields into the batch in progress; emits it when full.
   Status Add(const RowInput& row);
   // Emits the partial batch, if any, or drops it (drop_last).
@@ -39,6 +46,11 @@ class SHARDSTREAM_EXPORT SampleBatcher {
   SlotSource slots_;
   std::vector<DecodedField> decoded_;  // reused
   std::vector<size_t> optional_;       // indices of optional fields: one mask column each
+  std::vector<Ragged> ragged_;         // per field
+  std::vector<size_t> shape_col_;      // per field: its shape column (ragged fields)
+  std::vector<std::vector<uint8_t>> pixels_;  // per field: images decoded here
+  uint64_t seed_ = 0;
+  int64_t epoch_ = 0;
 };
 
 }  // namespace shardstream::internal

@@ -52,7 +52,26 @@ struct Args {
   bool no_metadata = false, no_direct = false;
   bool loader_only = false;
   std::string cache_dir;  // read through a shard cache here (filled first)
+  // An image field decoded by the loader (--image-field).
+  std::string image_field;
+  std::string image_size = "224";
+  std::string crop = "random_resized";
+  double flip = 0.5;
+  int resize = 0;
+  bool chw = false;
 };
+
+// "224" or "224x160" (height x width).
+bool ParseImageSize(const std::string& s, int* h, int* w) {
+  char* end = nullptr;
+  long a = std::strtol(s.c_str(), &end, 10);
+  long b = a;
+  if (*end == 'x' || *end == 'X') b = std::strtol(end + 1, &end, 10);
+  if (*end != '\0' || a < 1 || b < 1 || a > 65535 || b > 65535) return false;
+  *h = static_cast<int>(a);
+  *w = static_cast<int>(b);
+  return true;
+}
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -330,6 +349,26 @@ int Run(const Args& a) {
     o.tokens.document_metadata = !a.no_metadata;
     o.direct_reads = !a.no_direct;
   } else {
+    if (!a.image_field.empty()) {
+      FieldSpec f;
+      f.name = a.image_field;
+      f.decode = FieldDecode::kImage;
+      if (!ParseImageSize(a.image_size, &f.image.height, &f.image.width)) {
+        std::cerr << "bench-loader: --image-size '" << a.image_size << "': expected N or HxW\n";
+        return 2;
+      }
+      if (a.crop == "random_resized") f.image.crop = ImageCrop::kRandomResized;
+      else if (a.crop == "center") f.image.crop = ImageCrop::kCenter;
+      else if (a.crop == "none") f.image.crop = ImageCrop::kNone;
+      else {
+        std::cerr << "bench-loader: --crop '" << a.crop << "': expected random_resized, center or none\n";
+        return 2;
+      }
+      f.image.flip = f.image.crop == ImageCrop::kRandomResized ? a.flip : 0;
+      f.image.resize = a.resize;
+      if (a.chw) f.image.layout = ImageLayout::kCHW;
+      o.fields.push_back(f);
+    }
     for (const std::string& f : a.fields) o.fields.push_back(FieldSpec{f});
   }
   uint64_t file_bytes = 0;
@@ -438,6 +477,7 @@ int Run(const Args& a) {
       {"direct_reads", !a.tokens_field.empty() && !a.no_direct},
       {"batches_per_s", static_cast<double>(batches) / lt},
       {"samples_per_s", static_cast<double>(samples) / lt},
+      {"image_field", a.image_field},
       {"loader_file_gb_per_s", loader_gbs},
       {"loader_tensor_gb_per_s", static_cast<double>(tensor_bytes) / lt / 1e9},
       {"wait_p50_us", st.wait_p50_us},
@@ -521,6 +561,13 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_option("--chunk-size", a->chunk_size, "Read size")->capture_default_str();
   sub->add_option("--runs", a->runs, "Timed epochs (after one warm-up); medians")->capture_default_str();
   sub->add_flag("--json", a->json, "Print JSON");
+  sub->add_option("--image-field", a->image_field,
+                  "Decode this field as an image (JPEG/PNG/WebP) in the reader threads");
+  sub->add_option("--image-size", a->image_size, "Image output size: N or HxW")->capture_default_str();
+  sub->add_option("--crop", a->crop, "random_resized, center or none")->capture_default_str();
+  sub->add_option("--flip", a->flip, "Flip probability (random_resized)")->capture_default_str();
+  sub->add_option("--resize", a->resize, "Shorter side before a center crop (0: the crop's)");
+  sub->add_flag("--chw", a->chw, "Images as [3, H, W] instead of [H, W, 3]");
   sub->add_flag("--no-document-metadata", a->no_metadata, "Token batches without doc_ids/positions");
   sub->add_flag("--no-direct-reads", a->no_direct,
                 "Token batches: read through read buffers (two copies), not straight into the batch");
