@@ -8,17 +8,19 @@ threads, so DataLoader workers may fork safely.
 
 from __future__ import annotations
 
-from . import _core, _logging, convert, metrics
+from . import _core, _logging, convert, image, metrics
 from .errors import (AuthError, CancelledError, ChecksumError, ConfigError, CorruptError, Error,
                      IoError, NotFoundError, UnavailableError)
 from .loader import Loader, merge_own_states, merge_states, parse_size
 from .writer import ShardWriter, encode_field
 from .checkpoint import CheckpointManager
+from .image import crop_box, decode_image
 
 __version__ = _core.__version__
 
 __all__ = [
     "__version__", "Error", "IoError", "CorruptError", "ChecksumError", "UnavailableError",
     "NotFoundError", "AuthError", "ConfigError", "CancelledError", "Loader", "merge_states", "merge_own_states",
-    "parse_size", "ShardWriter", "encode_field", "metrics", "CheckpointManager",
+    "parse_size", "ShardWriter", "encode_field", "metrics", "CheckpointManager", "decode_image",
+    "crop_box", "image",
 ]

@@ -24,9 +24,11 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import numbers
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 import torch
@@ -114,19 +116,115 @@ def _to_torch(parts: tuple, single: bool) -> Dict[str, Any]:
     tensors, keys, urls, info = parts
     out: Dict[str, Any] = {}
     bf16 = set(info["bfloat16"])
+    ragged = info.get("ragged", {})
     for name, value in tensors.items():
-        if isinstance(value, np.ndarray):
-            t = torch.from_numpy(value)
+        if name in ragged:
+            rows = [torch.from_numpy(a) for a in value]
             if name in bf16:
-                t = t.view(torch.bfloat16)
-            # Single samples are copied: a sample is small, and users keep
-            # many (list(ds)), which must not hold one pool slot each.
-            out[name] = t[0].clone() if single else t
+                rows = [r.view(torch.bfloat16) for r in rows]
+            shapes = torch.from_numpy(tensors[name + ".shape"])
+            if ragged[name] == "pad":
+                out[name] = _pad(rows, shapes)
+                out[name + ".lengths"] = shapes[:, 0] if shapes.shape[1] == 1 else shapes
+            else:
+                out[name] = rows
+        elif name.endswith(".shape") and name[:-6] in ragged:
+            continue
+        elif isinstance(value, np.ndarray):
+            t = torch.from_numpy(value)
+            out[name] = t.view(torch.bfloat16) if name in bf16 else t
         else:
-            out[name] = value[0] if single else value
-    out["__key__"] = keys[0] if single and keys else keys
-    out["__url__"] = urls[0] if single and urls else urls
+            out[name] = value
+    out["__key__"] = keys
+    out["__url__"] = urls
+    # Single samples are copied: a sample is small, and users keep many
+    # (list(ds)), which must not hold one pool slot each.
+    return _sample(out, 0, clone=True) if single else out
+
+
+def _pad(rows: List[torch.Tensor], shapes: torch.Tensor) -> torch.Tensor:
+    """Ragged rows padded with zeros to the batch's largest shape: [B, *max]."""
+    dtype = rows[0].dtype if rows else torch.uint8
+    big = shapes.max(dim=0).values.tolist() if len(rows) else []
+    out = torch.zeros([len(rows)] + [int(n) for n in big], dtype=dtype)
+    for i, r in enumerate(rows):
+        out[(i,) + tuple(slice(0, n) for n in r.shape)] = r
     return out
+
+
+def _sample(batch: Mapping[str, Any], i: int, clone: bool = False) -> Dict[str, Any]:
+    """Row ``i`` of a batch as a sample: tensor rows (views of the batch, copies
+    when ``clone``), list items, the str key and url."""
+    out: Dict[str, Any] = {}
+    for name, value in batch.items():
+        if isinstance(value, torch.Tensor):
+            out[name] = value[i].clone() if clone else value[i]
+        elif name in ("__key__", "__url__") and not value:
+            out[name] = value  # a token row without documents carries no key
+        else:
+            item = value[i]  # bytes, str, or a ragged field's row tensor
+            out[name] = item.clone() if clone and isinstance(item, torch.Tensor) else item
+    return out
+
+
+def _call_map(fn: Callable[[Dict[str, Any]], Any], sample: Dict[str, Any], key: Any,
+              url: Any) -> Mapping[str, Any]:
+    """``fn(sample)``; an exception it raises becomes a RuntimeError naming the sample."""
+    try:
+        out = fn(sample)
+    except Exception as e:
+        raise RuntimeError(f"ShardDataset map raised {type(e).__name__} on sample {key!r} "
+                           f"(shard {url}): {e}") from e
+    if not isinstance(out, Mapping):
+        raise TypeError(f"ShardDataset map must return the sample as a dict, but returned "
+                        f"{type(out).__name__} for sample {key!r} (shard {url})")
+    return out
+
+
+def _collate_values(name: str, values: List[Any]) -> Any:
+    """One batch entry from the samples' values: equal-shape tensors stacked,
+    numbers as a tensor (Python floats as float64), anything else (and keys,
+    urls) a list."""
+    if name in ("__key__", "__url__"):
+        return values
+    v0 = values[0]
+    if isinstance(v0, torch.Tensor):
+        if all(isinstance(v, torch.Tensor) and v.shape == v0.shape and v.dtype == v0.dtype
+               and v.device == v0.device for v in values):
+            return torch.stack(values)
+        return values
+    if all(isinstance(v, numbers.Number) for v in values):
+        # As DataLoader's default_collate: Python floats as float64.
+        real = all(isinstance(v, numbers.Real) for v in values)
+        dtype = torch.float64 if real and any(isinstance(v, float) for v in values) else None
+        try:
+            return torch.tensor(values, dtype=dtype)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            return values  # e.g. an int beyond int64
+    return values
+
+
+def _collate(samples: List[Mapping[str, Any]], keys: Sequence[Any]) -> Dict[str, Any]:
+    """A batch from the mapped samples (``keys``: their original keys, for errors)."""
+    first = samples[0]
+    for sample, key in zip(samples, keys):
+        if sample.keys() != first.keys():
+            raise ValueError(f"ShardDataset map returned the keys {list(first)} for sample "
+                             f"{keys[0]!r} but {list(sample)} for sample {key!r}: the samples "
+                             "of a batch need the same keys")
+    return {name: _collate_values(name, [s[name] for s in samples]) for name in first}
+
+
+def _call_batch_map(fn: Callable[[Dict[str, Any]], Any], batch: Dict[str, Any],
+                    keys: Sequence[Any], urls: Sequence[Any]) -> Any:
+    """``fn(batch)``; an exception it raises becomes a RuntimeError naming the samples."""
+    try:
+        return fn(batch)
+    except Exception as e:
+        named = ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
+        raise RuntimeError(f"ShardDataset batch_map raised {type(e).__name__} on the batch of "
+                           f"{len(keys)} samples {named} (first from shard "
+                           f"{urls[0] if urls else None}): {e}") from e
 
 
 # Loader options that ShardDataset passes through **kwargs (the less common
@@ -136,6 +234,8 @@ _EXPLICIT_OPTIONS = ("fields", "tokens", "batch_size", "shuffle", "shuffle_buffe
                      "open_shards", "cache_dir", "cache_limit", "cache_mode", "pinned",
                      "error_policy", "memory_budget", "rank", "world_size", "node_local",
                      "local_world_size")
+# ShardDataset's own arguments that are no Loader options.
+_HOOK_ARGUMENTS = ("map", "batch_map")
 _PASSTHROUGH_OPTIONS = tuple(
     name for name, p in inspect.signature(loader_options).parameters.items()
     if p.kind is inspect.Parameter.KEYWORD_ONLY
@@ -191,6 +291,11 @@ class ShardDataset(torch.utils.data.IterableDataset):
     not persistent ends in their copies: call ``set_epoch`` every epoch then). A state loaded with ``load_state_dict()`` is
     resumed by the next ``iter()`` instead (StatefulDataLoader protocol).
     Pickling drops the native loader; it is reopened in the worker.
+
+    ``map=fn`` runs ``fn(sample) -> sample`` on every sample and collates the
+    results back into batches; ``batch_map=fn`` runs on each batch after it.
+    Both run where the data set is iterated (DataLoader workers, when there
+    are any) and keep the resume exact.
     """
 
     def __init__(self, urls: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]], *,
@@ -217,6 +322,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
                  world_size: Optional[int] = None,
                  node_local: bool = False,
                  local_world_size: Optional[int] = None,
+                 map: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+                 batch_map: Optional[Callable[[Dict[str, Any]], Any]] = None,
                  **kwargs: Any) -> None:
         """
         Args:
@@ -252,15 +359,37 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 serving it [False].
             local_world_size: ranks per node for ``node_local`` [None: $LOCAL_WORLD_SIZE
                 (torchrun), else SLURM's tasks per node].
+            map: ``fn(sample) -> sample``, run on every sample in the process that iterates
+                the data set (a DataLoader worker with ``num_workers > 0``) [None]. A sample is a
+                dict: tensor rows, bytes/str items, the str ``__key__`` and ``__url__``; ``fn``
+                may change, add or drop keys. The results are collated back into the batch
+                (equal-shape tensors stacked, numbers as tensors, anything else as lists);
+                with ``batch_size=None`` each mapped sample is yielded as it is. Not with
+                ``tokens`` (rows are not samples: use ``batch_map``).
+            batch_map: ``fn(batch) -> batch``, run on each batch after ``map`` (a tokenizer over
+                the captions, torchvision v2 on a uint8 batch) [None]; needs ``batch_size``.
+                Both hooks are pickled into DataLoader workers: with spawn or forkserver they
+                must be module-level functions (or other picklable callables), not lambdas.
             **kwargs: the less common :class:`shardstream.Loader` options, passed through.
         """
         super().__init__()
+        for name, fn in (("map", map), ("batch_map", batch_map)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"ShardDataset {name} must be callable, not {type(fn).__name__}")
+        if map is not None and tokens is not None:
+            raise ConfigError("config: map runs on samples, and the rows of token batches are not "
+                              "samples: use batch_map for token batches")
+        if batch_map is not None and batch_size is None:
+            raise ConfigError("config: batch_map runs on the data set's batches, and with "
+                              "batch_size=None it yields single samples: use map, or the "
+                              "DataLoader's collate_fn for the batches it makes")
         for k in ("worker", "num_workers"):
             if k in kwargs:
                 raise TypeError(f"ShardDataset takes {k} from the DataLoader, not as an argument")
         for k in kwargs:
             if k not in _PASSTHROUGH_OPTIONS:
-                close = difflib.get_close_matches(k, _EXPLICIT_OPTIONS + _PASSTHROUGH_OPTIONS, n=1)
+                close = difflib.get_close_matches(
+                    k, _EXPLICIT_OPTIONS + _HOOK_ARGUMENTS + _PASSTHROUGH_OPTIONS, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise TypeError(f"ShardDataset() got an unexpected keyword argument {k!r}{hint}")
         # One input or a list (shards, directories, patterns, manifests).
@@ -288,6 +417,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
         # set_epoch/load_state_dict calls: a pass moves the data set on to the
         # next epoch only when none came since it began.
         self._epoch_set = 0
+        self._map, self._batch_map = map, batch_map  # hooks, pickled into workers
+        # With hooks: the state of a pass whose hook raised, which does not
+        # count the failed batch as delivered (state_dict returns it).
+        self._failed: Optional[Dict[str, Any]] = None
 
     # -- topology and the native loader ------------------------------------
     def _current_topology(self) -> Tuple[int, int, int, int]:
@@ -327,6 +460,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._epoch = int(epoch)
         self._pending = None
         self._ended = None
+        self._failed = None
         self._active = False
         self._epoch_set += 1
 
@@ -370,6 +504,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         this_pass, epoch_set = self._pass, self._epoch_set
         pending, self._pending = self._pending, None
         self._ended = None
+        self._failed = None
         rank, world, worker, workers = self._current_topology()
         me = (rank * workers + worker, world * workers)
         if pending is not None and pending.get("ended"):
@@ -407,11 +542,23 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._active = True
         epoch = self._epoch
         single = self.batch_size is None
+        hooked = self._map is not None or self._batch_map is not None
         while True:
+            # The native loader counts a batch delivered when it returns it;
+            # with hooks, keep the state before it for a batch whose hook raises.
+            before = loader.own_state() if hooked else None
             parts = loader._next_parts()
             if parts is None:
                 break
-            yield _to_torch(parts, single)
+            batch = _to_torch(parts, single)
+            if hooked:
+                try:
+                    batch = self._apply_hooks(batch, single)
+                except Exception:
+                    self._failed = _state(epoch, [{"members": [me[0]], "of": me[1],
+                                                   "state": before}])
+                    raise
+            yield batch
             if self._pass != this_pass:
                 raise RuntimeError(
                     "a newer iter() of this ShardDataset started a fresh pass over the epoch: "
@@ -420,6 +567,18 @@ class ShardDataset(torch.utils.data.IterableDataset):
             return  # set_epoch or load_state_dict since: they say what comes next
         in_worker = torch.utils.data.get_worker_info() is not None
         self._end_epoch(epoch, _own_share(me, loader) if in_worker else None)
+
+    def _apply_hooks(self, batch: Dict[str, Any], single: bool) -> Any:
+        """``map`` on each sample (collating a batch back), then ``batch_map``."""
+        keys, urls = batch["__key__"], batch["__url__"]
+        if self._map is not None:
+            if single:
+                return _call_map(self._map, batch, keys, urls)
+            batch = _collate([_call_map(self._map, _sample(batch, i), keys[i], urls[i])
+                              for i in range(len(keys))], keys)
+        if self._batch_map is not None:
+            batch = _call_batch_map(self._batch_map, batch, keys, urls)
+        return batch
 
     def _end_epoch(self, epoch: int, entry: Optional[Dict[str, Any]]) -> None:
         # In a DataLoader worker the state stays "this share of the epoch is
@@ -453,10 +612,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
         resumes exactly that consumer's rest (this is what StatefulDataLoader
         does per worker); merged over every consumer (:func:`merge_state_dicts`,
         :func:`gather_state_dict`) it resumes on any topology. Between epochs:
-        no shares, ``epoch`` is the next one.
+        no shares, ``epoch`` is the next one. A batch whose ``map`` or
+        ``batch_map`` raised is not counted as delivered.
         """
         if self._pending is not None:
             return copy.deepcopy(self._pending)
+        if self._failed is not None:
+            return copy.deepcopy(self._failed)
         if self._active and self._loader is not None and self._pid == os.getpid():
             return _state(self._epoch, [_own_share(self._me, self._loader)])
         if self._ended is not None:
@@ -478,6 +640,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._pending = state if state["consumers"] else None
         self._iters_since_load = 0
         self._ended = None
+        self._failed = None
         self._active = False
         self._epoch_set += 1
 
@@ -487,12 +650,16 @@ class ShardDataset(torch.utils.data.IterableDataset):
         d["_loader"] = None
         d["_pid"] = None
         d["_topo"] = None
+        d["_failed"] = None
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         self.__dict__.update(d)
         self.__dict__.setdefault("_pass", 0)
         self.__dict__.setdefault("_epoch_set", 0)
+        self.__dict__.setdefault("_map", None)
+        self.__dict__.setdefault("_batch_map", None)
+        self.__dict__.setdefault("_failed", None)
 
     def dataloader(self, **kwargs: Any) -> "torch.utils.data.DataLoader":
         """A DataLoader with the recommended settings: ``batch_size=None``,

@@ -74,9 +74,27 @@ py::tuple BatchToPython(Batch batch) {
   const Batch& b = *held;
   py::dict tensors;
   py::list bf16;
+  py::dict ragged;
   for (size_t i = 0; i < b.num_tensors(); ++i) {
     TensorView t = b.tensor(i);
     py::str name(t.name.data(), t.name.size());
+    if (t.ragged != Ragged::kError) {
+      // A list of arrays viewing the slot, each with its row's shape.
+      TensorView shapes = b.tensor(std::string(t.name) + ".shape");
+      const auto* dims = static_cast<const int64_t*>(shapes.data);
+      const int nd = t.ndim - 1;
+      py::dtype dt(std::string(t.dtype == DType::kBFloat16 ? std::string_view("<u2") : DTypeCode(t.dtype)));
+      py::list rows(t.shape[0]);
+      for (int64_t r = 0; r < t.shape[0]; ++r) {
+        std::string_view v = t.bytes(r);
+        std::vector<py::ssize_t> shape(dims + r * nd, dims + (r + 1) * nd);
+        rows[r] = py::array(dt, shape, v.data(), base);
+      }
+      tensors[name] = rows;
+      ragged[name] = t.ragged == Ragged::kPad ? "pad" : "list";
+      if (t.dtype == DType::kBFloat16) bf16.append(name);
+      continue;
+    }
     if (t.is_bytes) {
       py::list rows(t.shape[0]);
       for (int64_t r = 0; r < t.shape[0]; ++r) {
@@ -108,6 +126,7 @@ py::tuple BatchToPython(Batch batch) {
   info["index"] = b.index();
   info["rows"] = b.rows();
   info["bfloat16"] = bf16;
+  info["ragged"] = ragged;
   info["pinned"] = b.memory_kind() == HostMemoryKind::kCudaPinned;
   return py::make_tuple(tensors, keys, urls, info);
 }

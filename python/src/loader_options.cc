@@ -4,10 +4,14 @@
 #include "loader_options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
+#include <tuple>
 #include <vector>
 #include <string>
 #include <utility>
+
+#include <pybind11/stl.h>
 
 #include "shardstream/shard_cache.h"
 #include "status_to_exception.h"
@@ -45,7 +49,53 @@ FieldDecode DecodeOf(const std::string& s) {
   if (s == "bytes") return FieldDecode::kBytes;
   if (s == "str" || s == "string" || s == "text") return FieldDecode::kString;
   if (s == "label" || s == "int") return FieldDecode::kLabel;
-  Bad("field decode '" + s + "': expected auto, npy, raw, bytes, str or label");
+  if (s == "image") return FieldDecode::kImage;
+  Bad("field decode '" + s + "': expected auto, npy, raw, bytes, str, label or image");
+}
+
+std::pair<double, double> RangeOf(const py::dict& d, const char* key) {
+  auto v = Get<std::vector<double>>(d, key, "a pair of numbers");
+  if (v.size() != 2) Bad(std::string("fields: '") + key + "' must be a pair [min, max]");
+  return {v[0], v[1]};
+}
+
+// The image keys of a field dict (decode "image").
+void ImageOf(const py::dict& d, FieldSpec* f) {
+  ImageSpec& im = f->image;
+  if (d.contains("size") && !d["size"].is_none()) {
+    if (py::isinstance<py::int_>(d["size"])) {
+      im.height = im.width = d["size"].cast<int>();
+    } else {
+      auto v = Get<std::vector<int>>(d, "size", "an int or [height, width]");
+      if (v.size() != 2) Bad("fields: 'size' must be an int or [height, width]");
+      im.height = v[0];
+      im.width = v[1];
+    }
+  }
+  if (d.contains("crop") && !d["crop"].is_none()) {
+    std::string c = Get<std::string>(d, "crop", "str");
+    if (c == "none" || c == "resize") im.crop = ImageCrop::kNone;
+    else if (c == "center") im.crop = ImageCrop::kCenter;
+    else if (c == "random_resized") im.crop = ImageCrop::kRandomResized;
+    else Bad("fields: crop '" + c + "': expected none, center or random_resized");
+  }
+  if (d.contains("resize") && !d["resize"].is_none()) im.resize = Get<int>(d, "resize", "int");
+  if (d.contains("scale")) std::tie(im.scale_min, im.scale_max) = RangeOf(d, "scale");
+  if (d.contains("ratio")) std::tie(im.ratio_min, im.ratio_max) = RangeOf(d, "ratio");
+  if (d.contains("flip")) {
+    py::handle v = d["flip"];
+    if (py::isinstance<py::bool_>(v)) im.flip = v.cast<bool>() ? 0.5 : 0.0;
+    else im.flip = Get<double>(d, "flip", "a bool or a probability");
+  }
+  if (d.contains("layout")) {
+    std::string l = Get<std::string>(d, "layout", "str");
+    for (char& c : l) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (l == "HWC") im.layout = ImageLayout::kHWC;
+    else if (l == "CHW") im.layout = ImageLayout::kCHW;
+    else Bad("fields: layout '" + l + "': expected HWC or CHW");
+  }
+  if (d.contains("max_pixels")) im.max_pixels = Get<int64_t>(d, "max_pixels", "int");
+  ThrowIfError(ValidateImageSpec(im, f->name).WithContext("fields"));
 }
 
 FieldSpec FieldOf(const py::handle& h) {
@@ -57,7 +107,10 @@ FieldSpec FieldOf(const py::handle& h) {
   if (!py::isinstance<py::dict>(h)) Bad("fields: each entry must be a str or a dict");
   py::dict d = py::reinterpret_borrow<py::dict>(h);
   static const std::set<std::string> kKeys = {"name", "output", "decode", "dtype", "shape",
-                                              "optional"};
+                                              "optional", "ragged", "size", "crop", "resize",
+                                              "scale", "ratio", "flip", "layout", "max_pixels"};
+  static const std::set<std::string> kImageKeys = {"size", "crop", "resize", "scale",
+                                                   "ratio", "flip", "layout", "max_pixels"};
   for (auto item : d) {
     std::string k = py::str(item.first);
     if (!kKeys.count(k)) Bad("fields: unknown key '" + k + "'");
@@ -71,6 +124,23 @@ FieldSpec FieldOf(const py::handle& h) {
     f.shape = Get<std::vector<int64_t>>(d, "shape", "a list of int");
   if (f.decode == FieldDecode::kRaw && f.shape.empty()) f.shape = {-1};
   if (d.contains("optional")) f.optional = Get<bool>(d, "optional", "bool");
+  if (d.contains("ragged") && !d["ragged"].is_none()) {
+    py::handle v = d["ragged"];
+    if (py::isinstance<py::bool_>(v)) {
+      f.ragged = v.cast<bool>() ? Ragged::kList : Ragged::kError;
+    } else {
+      std::string r = Get<std::string>(d, "ragged", "a str or bool");
+      if (r == "list") f.ragged = Ragged::kList;
+      else if (r == "pad") f.ragged = Ragged::kPad;
+      else Bad("fields: ragged '" + r + "': expected list or pad");
+    }
+  }
+  if (f.decode == FieldDecode::kImage) {
+    ImageOf(d, &f);
+  } else {
+    for (const std::string& k : kImageKeys)
+      if (d.contains(k.c_str())) Bad("fields: '" + k + "' needs \"decode\": \"image\" (field '" + f.name + "')");
+  }
   return f;
 }
 
@@ -257,5 +327,7 @@ py::dict LoaderOptionDefaults() {
   for (const OptionRow& r : OptionRows()) d[r.name] = r.get(o);
   return d;
 }
+
+FieldSpec FieldSpecFromPython(const py::handle& h) { return FieldOf(h); }
 
 }  // namespace shardstream::python

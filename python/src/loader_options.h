@@ -16,6 +16,10 @@ LoaderOptions LoaderOptionsFromDict(const pybind11::dict& d);
 // it (None for fields, tokens, cache and the inputs, which Python builds).
 pybind11::dict LoaderOptionDefaults();
 
+// One entry of `fields`: a name, or a dict of the keys docs/images.md and
+// docs/python.md list. Raises ConfigError as above.
+FieldSpec FieldSpecFromPython(const pybind11::handle& h);
+
 }  // namespace shardstream::python
 
 #endif  // SHARDSTREAM_PYTHON_LOADER_OPTIONS_H_

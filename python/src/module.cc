@@ -16,6 +16,7 @@ void RegisterLoader(py::module_& m);
 void RegisterShardWriter(py::module_& m);
 void RegisterLogSink(py::module_& m);
 void RegisterCheckpoint(py::module_& m);
+void RegisterImage(py::module_& m);
 }  // namespace shardstream::python
 
 PYBIND11_MODULE(_core, m) {
@@ -42,4 +43,5 @@ PYBIND11_MODULE(_core, m) {
   shardstream::python::RegisterLoader(m);
   shardstream::python::RegisterShardWriter(m);
   shardstream::python::RegisterCheckpoint(m);
+  shardstream::python::RegisterImage(m);
 }
