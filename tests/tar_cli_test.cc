@@ -224,6 +224,39 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   EXPECT_NE(output.find("shard-000000.tar"), std::string::npos) << output;
 }
 
+TEST(TarCliTest, BenchLoaderDecodesAnImageFieldPackedFromAnImageFolder) {
+  TempDir dir;
+  const std::string images = std::string(SHARDSTREAM_TEST_DATA_DIR) + "/images/";
+  int n = 0;
+  for (const char* cls : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir.Join(std::string("tree/") + cls));
+    for (const char* f : {"rgb.jpg", "rgb420_odd.jpg", "progressive.jpg", "cmyk.jpg", "gray.jpg"})
+      std::filesystem::copy_file(images + f, dir.Join(std::string("tree/") + cls + "/" +
+                                                      std::to_string(n++) + ".jpg"));
+  }
+  std::string output;
+  ASSERT_EQ(RunCommand(Cli() + " pack --image-folder " + dir.Join("tree") + " " + dir.Join("out"),
+                       &output),
+            0)
+      << output;
+  const std::string run = Cli() + " bench-loader " + dir.Join("out") +
+                          "/manifest.jsonl --image-field jpg --fields cls --batch-size 4 "
+                          "--image-size 32x48 --runs 1 --loader-only --json";
+  ASSERT_EQ(RunCommand(run, &output), 0) << output;
+  auto j = nlohmann::json::parse(output);
+  EXPECT_EQ(j["image_field"], "jpg");
+  EXPECT_GT(j["samples_per_s"].get<double>(), 0);
+  EXPECT_GT(j["batches_per_s"].get<double>(), 0);
+  // 10 images of 32 x 48 x 3 and 10 labels per epoch.
+  EXPECT_GT(j["loader_tensor_gb_per_s"].get<double>(), 0);
+  for (const char* crop : {"center", "none"})
+    EXPECT_EQ(RunCommand(run + " --crop " + crop, &output), 0) << crop << output;
+  // Usage errors: exit 2 naming the flag.
+  EXPECT_EQ(RunCommand(run + " --crop middle", &output), 2) << output;
+  EXPECT_NE(output.find("--crop"), std::string::npos) << output;
+  EXPECT_EQ(RunCommand(run + " --image-size 0", &output), 2) << output;
+}
+
 TEST(TarCliTest, SizesBracesAndTheSummarySayWhatTheyMean) {
   TempDir dir;
   MakeSource(dir.Join("src"), 30);
