@@ -42,6 +42,27 @@ DType DTypeOf(const py::handle& h, const char* /*key*/) {
   return ValueOrThrow(ParseDType(text));
 }
 
+// True when a and b differ by one insertion, deletion, substitution or
+// swap of neighbours (a misspelt key).
+bool NearMiss(const std::string& a, const std::string& b) {
+  if (a == b) return false;
+  const size_t n = a.size(), m = b.size();
+  if (n == m) {
+    std::vector<size_t> diff;
+    for (size_t i = 0; i < n; ++i)
+      if (a[i] != b[i]) diff.push_back(i);
+    if (diff.size() == 1) return true;
+    return diff.size() == 2 && diff[1] == diff[0] + 1 && a[diff[0]] == b[diff[1]] &&
+           a[diff[1]] == b[diff[0]];
+  }
+  const std::string& longer = n > m ? a : b;
+  const std::string& shorter = n > m ? b : a;
+  if (longer.size() != shorter.size() + 1) return false;
+  size_t i = 0;
+  while (i < shorter.size() && shorter[i] == longer[i]) ++i;
+  return longer.compare(i + 1, std::string::npos, shorter, i, std::string::npos) == 0;
+}
+
 FieldDecode DecodeOf(const std::string& s) {
   if (s == "auto") return FieldDecode::kAuto;
   if (s == "npy") return FieldDecode::kNpy;
@@ -113,7 +134,17 @@ FieldSpec FieldOf(const py::handle& h) {
                                                    "ratio", "flip", "layout", "max_pixels"};
   for (auto item : d) {
     std::string k = py::str(item.first);
-    if (!kKeys.count(k)) Bad("fields: unknown key '" + k + "'");
+    if (!kKeys.count(k)) {
+      // Name the field and the closest key (one edit or a swap away), then every key.
+      std::string name = d.contains("name") ? std::string(py::str(d["name"])) : std::string("?");
+      std::string close, all;
+      for (const std::string& key : kKeys) {
+        all += (all.empty() ? "" : ", ") + key;
+        if (close.empty() && NearMiss(k, key)) close = key;
+      }
+      Bad("fields: unknown key '" + k + "' in the entry of field '" + name + "'" +
+          (close.empty() ? "" : " (did you mean '" + close + "'?)") + "; the keys are " + all);
+    }
   }
   if (!d.contains("name")) Bad("fields: an entry without 'name'");
   f.name = Get<std::string>(d, "name", "str");

@@ -250,6 +250,21 @@ Status LoaderRun::CheckFirstSampleFields(const Sample& s) const {
   return Status::OK();
 }
 
+Status LoaderRun::CheckFirstSampleImages(const Sample& s) const {
+  for (const FieldSpec& spec : opt_.fields) {
+    if (spec.decode != FieldDecode::kImage) continue;
+    const Field* f = s.Find(spec.name);
+    if (f == nullptr || f->data.empty() || SniffImageFormat(f->data) != ImageFormat::kUnknown) continue;
+    return Status(StatusCode::kConfig,
+                  "loader: field '" + spec.name + "' of the first sample ('" + s.key + "' in " +
+                      s.url + " at offset " + std::to_string(f->offset) +
+                      ") is not a JPEG, PNG or WebP image, but the field is decoded as one; "
+                      "name the image field (e.g. \"jpg\") or decode this one otherwise",
+                  s.url, static_cast<int64_t>(f->offset));
+  }
+  return Status::OK();
+}
+
 Status LoaderRun::Process(LaneItem* item) {
   const Sample& s = item->sample;
   RowInput row;
@@ -285,6 +300,13 @@ Status LoaderRun::Process(LaneItem* item) {
       // a skip policy such a sample is skipped, as the caller asked.)
       first_checked_ = true;
       st = CheckFirstSampleFields(s);
+    }
+    if (st.ok() && !image_checked_) {
+      // A first sample whose image field holds no image at all is a field
+      // named wrongly, not a damaged image: a config error under every
+      // policy (a skip policy would otherwise skip every sample).
+      image_checked_ = true;
+      st = CheckFirstSampleImages(s);
     }
     if (st.ok() && !image_fields_.empty()) st = item->decode_status;  // an image that would not decode
     if (st.ok()) st = batcher_->Add(row);

@@ -106,6 +106,9 @@ class LoaderRun {
   std::vector<int> image_slot_;
   // The first sample of the run was checked for the fields asked for.
   bool first_checked_ = false;
+  // kConfig when an image field of `s` holds no image at all.
+  Status CheckFirstSampleImages(const Sample& s) const;
+  bool image_checked_ = false;
   // Eval mode: the plan range being read (ranges are taken in order).
   size_t next_range_ = 0;
   std::atomic<bool> stop_{false};

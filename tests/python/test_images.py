@@ -319,8 +319,19 @@ def test_png_and_webp_fields_decode_in_the_loader(tmp_path):
     ({"name": "jpg", "decode": "image", "crop": "center"}, "size"),
     ({"name": "jpg", "decode": "image", "size": 32, "flip": 2.0}, "flip"),
     ({"name": "jpg", "decode": "image", "size": 32, "scale": [0.5]}, "scale"),
+    ({"name": "jpg", "decode": "image", "size": 32, "crops": "center"},
+     "unknown key 'crops' in the entry of field 'jpg' \\(did you mean 'crop'\\?\\)"),
 ])
 def test_bad_image_options_are_config_errors(data, field, says):
     manifest, _ = data
     with pytest.raises(shardstream.ConfigError, match=says):
         next(iter(ShardDataset(manifest, batch_size=4, fields=[field])))
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip_sample"])
+def test_a_field_that_holds_no_image_is_a_config_error_under_every_policy(data, policy):
+    manifest, _ = data
+    ds = ShardDataset(manifest, batch_size=4, error_policy=policy,
+                      fields=[{"name": "cls", "decode": "image", "size": 32}])
+    with pytest.raises(shardstream.ConfigError, match="'cls' of the first sample .* is not a JPEG"):
+        next(iter(ds))
