@@ -3,7 +3,8 @@
 # verifies sizes and checksums, lists a shard, reads everything back and
 # prints the throughput against a plain read of the same files; then trains a
 # small PyTorch model from shards served over loopback through the cache
-# (examples/train_demo.py).
+# (examples/train_demo.py), and a small image classifier from JPEG shards
+# decoded and cropped in the loader's C++ threads (examples/train_images_demo.py).
 # Does its own set-up and build. Output goes to ${DEMO_DIR:-/tmp/shardstream-demo}.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,4 +37,6 @@ echo "== 5. read every sample back, against a plain read of the same files"
 echo "== 6. train a small PyTorch model from the shards (served over loopback, through the cache)"
 .venv/bin/python -m pip install -q --no-build-isolation "$root"
 (cd "$demo" && "$root/.venv/bin/python" "$root/examples/train_demo.py" --dir "$demo/train")
+echo "== 7. train a small image classifier from JPEG shards, decoded and cropped in the loader's C++ threads"
+(cd "$demo" && "$root/.venv/bin/python" "$root/examples/train_images_demo.py" --dir "$demo/images")
 echo "files in $demo"
