@@ -61,8 +61,15 @@ struct SHARDSTREAM_EXPORT LoaderState {
     int64_t tokens = 0;
   };
   std::vector<Partial> partial;
+  // Token batches with TokenOptions::equal_batches: the batches this
+  // consumer still returns in the epoch (own_state() only; -1 otherwise,
+  // and after a merge). A restore of one consumer's own state returns
+  // exactly these, so consumers resumed from their own states stay equal;
+  // a merged state's count is decided again over the new topology.
+  int64_t batches_left = -1;
 
-  // {"format":"shardstream-loader-state","version":1,"resume":{...},"partial":[...]}
+  // {"format":"shardstream-loader-state","version":1,"resume":{...},"partial":[...]
+  //  [, "batches_left": n]}
   std::string ToJson() const;
   // On failure returns kCorrupt (malformed) or kConfig (unknown version).
   static Result<LoaderState> FromJson(std::string_view json);
@@ -164,7 +171,9 @@ class SHARDSTREAM_EXPORT Loader {
 
   // Samples this consumer gets in the current epoch (-1 when unknown).
   int64_t samples_per_epoch() const;
-  // Batches next() will return in the current epoch (-1 when unknown).
+  // Batches next() will return in the current epoch (-1 when unknown). For
+  // token batches: known from the documents' token counts (sample indexes);
+  // after a restore, the batches left.
   int64_t batches_per_epoch() const;
 
   LoaderStats stats() const;

@@ -58,6 +58,17 @@ struct TokenOptions {
   // "tokens" tensor alone (a third of the bytes to write), for models that
   // attend across document boundaries. Default: true.
   bool document_metadata = true;
+  // Every consumer (rank x worker) returns the same number of batches in an
+  // epoch, so DDP ranks finish it together (uneven documents otherwise give
+  // ranks different batch counts, and the first rank to finish leaves the
+  // others waiting in a collective forever). Decided without communication:
+  // each consumer computes every consumer's rows from the documents' token
+  // counts (the shards' sample indexes, built for local shards that lack
+  // one) and stops after the smallest count of batches; the tokens after it
+  // are not read this epoch (the remainder is dropped, as with samples).
+  // A data set whose token counts cannot be had (remote shards without
+  // indexes) is a kConfig error with more than one consumer. Default: true.
+  bool equal_batches = true;
 };
 
 enum class LoaderMode {

@@ -250,7 +250,9 @@ class Loader:
         """Batches of the current epoch for this consumer (TypeError when unknown)."""
         n = self._native.batches_per_epoch()
         if n < 0:
-            raise TypeError("the number of batches is unknown (no sample counts in the manifest)")
+            raise TypeError("the number of batches is unknown (no sample counts in the manifest, "
+                            "or for token batches no sample indexes with the documents' token "
+                            "counts)")
         return n
 
     @property

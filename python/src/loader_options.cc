@@ -190,6 +190,8 @@ TokenOptions TokensOf(const py::dict& d) {
       else Bad("tokens.layout '" + l + "': expected pack or pad");
     } else if (k == "eod_token") t.eod_token = item.second.is_none() ? -1 : item.second.cast<int64_t>();
     else if (k == "pad_token") t.pad_token = item.second.cast<int64_t>();
+    else if (k == "document_metadata") t.document_metadata = item.second.cast<bool>();
+    else if (k == "equal_batches") t.equal_batches = item.second.cast<bool>();
     else Bad("tokens: unknown key '" + k + "'");
   }
   return t;

@@ -15,7 +15,9 @@
 #include "pipeline/wait_histogram.h"
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/delivery_tracker.h"
+#include "shardstream/shard_index.h"
 #include "shardstream/shard_split.h"
+#include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
 
 namespace shardstream {
@@ -84,7 +86,28 @@ class Loader::Impl {
   Clock::time_point first_next, last_log;
   internal::WaitHistogram waits;
 
-  Status Plan(const ResumeState* resume, int64_t e);
+  // Token batches: per manifest shard, prefix sums of its documents' token
+  // counts (from the sample indexes; loaded at the first plan that needs
+  // them, kept for every epoch).
+  std::vector<std::vector<int64_t>> token_prefix;
+  // Batches this consumer returns in the epoch: a cap (equal_batches with
+  // several consumers, or a restored own state's count; -1: none) and what
+  // batches_per_epoch() answers (-1: unknown); batches returned so far.
+  static constexpr int64_t kNotCounted = -2;
+  int64_t batch_target = -1;
+  int64_t token_batches = -1;  // or kNotCounted
+  int64_t returned = 0;
+
+  // `batches_left`: a restored own state's count (-1: none).
+  Status Plan(const ResumeState* resume, int64_t e, int64_t batches_left = -1);
+  Status LoadTokenCounts();
+  // Rows of [B, L] the packer makes from consumer plan `p` (partial
+  // documents from a restore start where they stopped).
+  int64_t TokenRows(const ConsumerPlan& p) const;
+  int64_t TokenBatches(int64_t rows) const {
+    const int64_t b = opt.batch_size;
+    return opt.drop_last ? rows / b : (rows + b - 1) / b;
+  }
   void EndRun() {
     std::unique_ptr<internal::LoaderRun> r;
     {
@@ -116,7 +139,85 @@ void Loader::Impl::FlushDeliveries() {
   pending.clear();
 }
 
-Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
+Status Loader::Impl::LoadTokenCounts() {
+  if (!token_prefix.empty()) return Status::OK();
+  const std::string& field = opt.tokens.field;
+  std::vector<std::vector<int64_t>> out(manifest.shards.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const ShardEntry& e = manifest.shards[i];
+    const std::string& url = e.resolved.empty() ? e.url : e.resolved;
+    auto index = ReadSampleIndex(url, opt.source);
+    const bool local = !LocalPath(url).empty();
+    if ((!index.ok() || !index->has_fields()) && local &&
+        (index.ok() || index.status().code() == StatusCode::kNotFound ||
+         index.status().code() == StatusCode::kCorrupt)) {
+      TarReaderOptions t;
+      t.source = opt.source;
+      index = BuildSampleIndex(url, t);
+      if (index.ok()) (void)WriteSampleIndex(*index, url, opt.source);  // kept when it can be
+    }
+    if (!index.ok())
+      return index.status().WithContext("loader: equal batches need every document's token count, "
+                                        "from the shard's sample index", RedactUrl(url));
+    if (!index->has_fields())
+      return Status::Config("loader: equal batches need every document's token count, but the index "
+                            "of " + RedactUrl(url) + " is a version 1 index without field records; "
+                            "rebuild it (shardstream index), or set tokens.equal_batches=false");
+    if (e.nsamples >= 0 && static_cast<int64_t>(index->samples.size()) != e.nsamples)
+      return Status::Corrupt("loader: the index of " + RedactUrl(url) + " lists " +
+                             std::to_string(index->samples.size()) + " samples; the manifest says " +
+                             std::to_string(e.nsamples));
+    std::vector<int64_t>& pre = out[i];
+    pre.assign(index->samples.size() + 1, 0);
+    for (size_t k = 0; k < index->samples.size(); ++k) {
+      const SampleIndexEntry& s = index->samples[k];
+      int64_t n = 0;
+      for (uint64_t f = s.first_field; f < s.first_field + s.nfields && f < index->fields.size(); ++f) {
+        const SampleIndexField& r = index->fields[f];
+        if (r.name != field) continue;
+        n = r.ndim >= 0 ? static_cast<int64_t>(r.count)
+                        : static_cast<int64_t>(r.size / DTypeSize(opt.tokens.input_dtype));
+        break;
+      }
+      pre[k + 1] = pre[k] + n;
+    }
+  }
+  token_prefix = std::move(out);
+  return Status::OK();
+}
+
+int64_t Loader::Impl::TokenRows(const ConsumerPlan& p) const {
+  const bool pack = opt.tokens.layout == TokenLayout::kPack;
+  const int64_t eod = pack && opt.tokens.eod_token >= 0 ? 1 : 0;
+  const int64_t L = opt.tokens.seq_len;
+  int64_t total = 0, rows = 0;
+  auto length = [&](int64_t shard, int64_t i) {
+    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(shard)];
+    return pre[static_cast<size_t>(i) + 1] - pre[static_cast<size_t>(i)] + eod;
+  };
+  for (const ShardRange& r : p.ranges) {
+    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(r.shard)];
+    if (pack) {
+      total += pre[static_cast<size_t>(r.end)] - pre[static_cast<size_t>(r.first)] + eod * r.size();
+    } else {
+      for (int64_t i = r.first; i < r.end; ++i) rows += (length(r.shard, i) + L - 1) / L;
+    }
+    // Partly delivered documents go on where they stopped.
+    for (auto it = partial.lower_bound({r.shard, r.first});
+         it != partial.end() && it->first.first == r.shard && it->first.second < r.end; ++it) {
+      const int64_t n = length(r.shard, it->first.second);
+      const int64_t left = std::max<int64_t>(0, n - it->second);
+      if (pack) {
+        total -= n - left;
+      } else {
+        rows += (left + L - 1) / L - (n + L - 1) / L;
+      }
+    }
+  }
+  return pack ? (total + L - 1) / L : rows;
+}
+
+Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_left) {
   EndRun();
   PlanOptions po;
   po.seed = opt.seed;
@@ -146,6 +247,38 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e) {
   epoch = e;
   ended = false;
   sticky = Status::OK();
+  // Token batches: how many this consumer returns.
+  batch_target = token_batches = -1;
+  returned = 0;
+  if (opt.tokens.field.empty() || opt.mode == LoaderMode::kEval) return Status::OK();
+  const bool equal = opt.tokens.equal_batches;
+  if (equal && batches_left >= 0) {  // a consumer's own state: exactly its count
+    batch_target = token_batches = batches_left;
+    return Status::OK();
+  }
+  const bool several = static_cast<int64_t>(opt.world_size) * opt.num_workers > 1;
+  if (plan.num_samples < 0) {
+    if (equal && several)
+      return Status::Config("loader: equal batches on every rank need the data set's sample counts "
+                            "(" + plan.caveat + "); write a manifest or sample indexes, or set "
+                            "tokens.equal_batches=false");
+    return Status::OK();
+  }
+  if (!equal || !several) {
+    token_batches = kNotCounted;  // counted when asked (batches_per_epoch)
+    return Status::OK();
+  }
+  SHARDSTREAM_RETURN_IF_ERROR(LoadTokenCounts());
+  // Every consumer's count, from the same plan every consumer makes: the
+  // smallest is everyone's.
+  SHARDSTREAM_ASSIGN_OR_RETURN(EpochPlan all, EpochPlan::Create(counts, fingerprint, po, resume));
+  int64_t least = -1;
+  for (int r = 0; r < opt.world_size; ++r)
+    for (int w = 0; w < opt.num_workers; ++w) {
+      const int64_t n = TokenBatches(TokenRows(all.Consumer(r, w)));
+      least = least < 0 ? n : std::min(least, n);
+    }
+  batch_target = token_batches = least;
   return Status::OK();
 }
 
@@ -292,6 +425,12 @@ Result<Batch> Loader::next() {
   if (m.stopped || m.cancelled.load()) return Status::Cancelled("loader stopped");
   if (!m.sticky.ok()) return m.sticky;
   if (m.ended) return Batch();
+  if (m.batch_target >= 0 && m.returned >= m.batch_target) {
+    // Equal batches: this consumer's share ends with everyone's.
+    m.ended = true;
+    m.EndRun();
+    return Batch();
+  }
   if (!m.run && m.opt.fields.empty() && m.opt.tokens.field.empty()) {
     // No fields named: take every field of the data set's first sample
     // (once; a failure is returned and tried again at the next call).
@@ -372,6 +511,7 @@ Result<Batch> Loader::next() {
     return Batch();
   }
   SHARDSTREAM_RETURN_IF_ERROR(m.Deliver(*r));
+  ++m.returned;
   return r;
 }
 
@@ -414,22 +554,34 @@ Result<LoaderState> Loader::own_state() const {
   }
   if (at < s.resume.positions()) s.resume.delivered.emplace_back(at, s.resume.positions());
   s.resume.Normalize();  // once: AddDelivered would re-sort for every gap
+  if (impl_->batch_target >= 0) s.batches_left = std::max<int64_t>(0, impl_->batch_target - impl_->returned);
   return s;
 }
 
 Status Loader::restore(const LoaderState& state) {
   if (impl_->stopped) return Status::Cancelled("loader stopped");
-  SHARDSTREAM_RETURN_IF_ERROR(impl_->Plan(&state.resume, state.resume.epoch));
+  // The partial documents first: the plan counts their rows from where they stopped.
   impl_->partial.clear();
   for (const LoaderState::Partial& p : state.partial) impl_->partial[{p.shard, p.sample}] = p.tokens;
-  return Status::OK();
+  return impl_->Plan(&state.resume, state.resume.epoch, state.batches_left);
 }
 
 int64_t Loader::samples_per_epoch() const { return impl_->plan.num_samples; }
 
 int64_t Loader::batches_per_epoch() const {
   const Impl& m = *impl_;
-  if (m.plan.num_samples < 0 || !m.opt.tokens.field.empty()) return -1;
+  if (!m.opt.tokens.field.empty()) {
+    if (m.token_batches == Impl::kNotCounted) {
+      // One consumer, or equal batches off: counted on first asking (it
+      // reads every shard's index), the batches left after a restore.
+      Impl& w = *impl_;
+      w.token_batches = m.plan.num_samples >= 0 && w.LoadTokenCounts().ok()
+                            ? w.TokenBatches(w.TokenRows(m.plan))
+                            : -1;
+    }
+    return m.token_batches;
+  }
+  if (m.plan.num_samples < 0) return -1;
   const int64_t n = m.plan.num_samples, b = m.opt.batch_size;
   return m.opt.drop_last ? n / b : (n + b - 1) / b;
 }

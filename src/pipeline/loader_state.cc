@@ -17,6 +17,7 @@ std::string LoaderState::ToJson() const {
   nlohmann::json parts = nlohmann::json::array();
   for (const Partial& p : partial) parts.push_back({p.shard, p.sample, p.tokens});
   j["partial"] = parts;
+  if (batches_left >= 0) j["batches_left"] = batches_left;
   return j.dump();
 }
 
@@ -42,6 +43,11 @@ Result<LoaderState> LoaderState::FromJson(std::string_view text) {
         return Status::Corrupt("loader state: a partial entry is not [shard, sample, tokens]");
       s.partial.push_back(Partial{p[0].get<int64_t>(), p[1].get<int64_t>(), p[2].get<int64_t>()});
     }
+  }
+  if (j.contains("batches_left")) {
+    if (!j["batches_left"].is_number_integer() || j["batches_left"].get<int64_t>() < 0)
+      return Status::Corrupt("loader state: batches_left is not a count");
+    s.batches_left = j["batches_left"].get<int64_t>();
   }
   return s;
 }

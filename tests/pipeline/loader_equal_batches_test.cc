@@ -1,0 +1,204 @@
+// Token batches with equal_batches: every consumer returns the same number
+// of batches over shards of very uneven token counts (the DDP end-of-epoch
+// hang), decided from the sample indexes alone, also after a restore of
+// each consumer's own state and of a merged state on another topology.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shardstream/decode.h"
+#include "shardstream/loader.h"
+#include "shardstream/shard_writer.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::TempDir;
+
+// Shard s holds documents of very different lengths: 40 short ones, 3 long
+// ones, 25 middling ones, ... so an even split of samples gives the
+// consumers very different token counts.
+std::string WriteUneven(const std::string& dir, bool index = true) {
+  // (documents, tokens each) per shard; one writer per shard.
+  const std::vector<std::pair<int, int>> shards = {{40, 7}, {3, 900}, {25, 60}, {6, 400},
+                                                   {50, 3}, {2, 1500}, {30, 41}, {9, 222}};
+  int64_t g = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    ShardWriterOptions o;
+    o.write_index = index;
+    o.pattern = "part" + std::to_string(s) + "-%06d.tar";
+    o.manifest_name = "m" + std::to_string(s) + ".jsonl";
+    auto w = ShardWriter::Create(dir, o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < shards[s].first; ++i, ++g) {
+      std::vector<int32_t> t(static_cast<size_t>(shards[s].second + (g % 5)));
+      for (size_t k = 0; k < t.size(); ++k) t[k] = static_cast<int32_t>(g * 1000 + static_cast<int64_t>(k));
+      Sample smp;
+      smp.key = "d" + std::to_string(g);
+      Field f;
+      f.name = "tokens.npy";
+      const std::string npy =
+          EncodeNpy(DType::kInt32, {static_cast<int64_t>(t.size())},
+                    std::string_view(reinterpret_cast<const char*>(t.data()), t.size() * 4));
+      f.data = npy;
+      smp.fields = {f};
+      EXPECT_TRUE((*w)->Write(smp).ok());
+    }
+    EXPECT_TRUE((*w)->Close().ok());
+  }
+  // One manifest of all the parts.
+  std::string all;
+  for (size_t s = 0; s < shards.size(); ++s) all += testing::ReadFile(dir + "/m" + std::to_string(s) + ".jsonl");
+  testing::WriteFile(dir + "/manifest.jsonl", all);
+  return dir + "/manifest.jsonl";
+}
+
+LoaderOptions Tokens(const std::string& manifest, int world, int rank, int workers = 1,
+                     int worker = 0) {
+  LoaderOptions o;
+  o.manifest = manifest;
+  o.batch_size = 4;
+  o.tokens.field = "tokens.npy";
+  o.tokens.seq_len = 64;
+  o.tokens.eod_token = 0;
+  o.shuffle_buffer = 8;
+  o.world_size = world;
+  o.rank = rank;
+  o.num_workers = workers;
+  o.worker = worker;
+  o.seed = 3;
+  return o;
+}
+
+int64_t CountBatches(Loader* l) {
+  int64_t n = 0;
+  while (true) {
+    auto b = l->next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok() || b->empty()) return n;
+    EXPECT_EQ(b->tensor("tokens").shape[1], 64);
+    ++n;
+  }
+}
+
+TEST(LoaderEqualBatchesTest, EveryConsumerReturnsTheSameCountOverUnevenDocuments) {
+  TempDir dir;
+  const std::string m = WriteUneven(dir.path());
+  for (auto [ranks, workers] : {std::pair{4, 1}, std::pair{2, 2}, std::pair{3, 2}}) {
+    std::vector<int64_t> unequal, equal;
+    for (int r = 0; r < ranks; ++r)
+      for (int w = 0; w < workers; ++w) {
+        LoaderOptions o = Tokens(m, ranks, r, workers, w);
+        o.tokens.equal_batches = false;
+        auto free = Loader::Create(o);
+        ASSERT_TRUE(free.ok()) << free.status();
+        const int64_t predicted = (*free)->batches_per_epoch();
+        unequal.push_back(CountBatches(free->get()));
+        EXPECT_EQ(predicted, unequal.back()) << "len() of an uncapped consumer";
+        o.tokens.equal_batches = true;
+        auto l = Loader::Create(o);
+        ASSERT_TRUE(l.ok()) << l.status();
+        const int64_t said = (*l)->batches_per_epoch();
+        equal.push_back(CountBatches(l->get()));
+        EXPECT_EQ(said, equal.back());
+      }
+    // The data is uneven enough that the split is, and the cap is the least.
+    EXPECT_NE(*std::min_element(unequal.begin(), unequal.end()),
+              *std::max_element(unequal.begin(), unequal.end()))
+        << ranks << "x" << workers;
+    for (int64_t n : equal) EXPECT_EQ(n, *std::min_element(unequal.begin(), unequal.end()));
+    EXPECT_GT(equal[0], 0);
+  }
+}
+
+TEST(LoaderEqualBatchesTest, PadLayoutCountsRowsPerDocument) {
+  TempDir dir;
+  const std::string m = WriteUneven(dir.path());
+  std::vector<int64_t> counts;
+  for (int r = 0; r < 3; ++r) {
+    LoaderOptions o = Tokens(m, 3, r);
+    o.tokens.layout = TokenLayout::kPad;
+    o.tokens.equal_batches = false;
+    auto free = Loader::Create(o);
+    ASSERT_TRUE(free.ok());
+    const int64_t predicted = (*free)->batches_per_epoch();
+    EXPECT_EQ(predicted, CountBatches(free->get()));
+    o.tokens.equal_batches = true;
+    auto l = Loader::Create(o);
+    counts.push_back(CountBatches(l->get()));
+  }
+  EXPECT_EQ(counts[0], counts[1]);
+  EXPECT_EQ(counts[1], counts[2]);
+}
+
+TEST(LoaderEqualBatchesTest, OwnStatesRestoreTheSameCountLeftOnEveryConsumer) {
+  TempDir dir;
+  const std::string m = WriteUneven(dir.path());
+  std::vector<LoaderState> owns;
+  int64_t total = -1;
+  constexpr int kTaken = 3;
+  auto Tokens = [](const std::string& m, int world, int rank) {
+    LoaderOptions o = ::shardstream::Tokens(m, world, rank);
+    o.batch_size = 2;
+    return o;
+  };
+  for (int r = 0; r < 4; ++r) {
+    auto l = Loader::Create(Tokens(m, 4, r));
+    ASSERT_TRUE(l.ok());
+    total = (*l)->batches_per_epoch();
+    ASSERT_GT(total, kTaken);
+    for (int i = 0; i < kTaken; ++i) ASSERT_TRUE((*l)->next().ok());
+    auto own = (*l)->own_state();
+    ASSERT_TRUE(own.ok()) << own.status();
+    EXPECT_EQ(own->batches_left, total - kTaken);
+    // Through JSON, as a checkpoint keeps it.
+    auto again = LoaderState::FromJson(own->ToJson());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->batches_left, total - kTaken);
+    owns.push_back(*again);
+  }
+  // Each own state restored alone (a DataLoader worker's, a rank's): the
+  // same count left everywhere, whatever each one's tokens.
+  for (const LoaderState& s : owns) {
+    LoaderOptions o = Tokens(m, 1, 0);
+    auto l = Loader::Create(o);
+    ASSERT_TRUE((*l)->restore(s).ok());
+    EXPECT_EQ((*l)->batches_per_epoch(), total - kTaken);
+    EXPECT_EQ(CountBatches(l->get()), total - kTaken);
+  }
+  // Merged, on another world size: decided again, equal on every new rank.
+  auto merged = MergeOwnLoaderStates(owns);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->batches_left, -1);
+  std::set<int64_t> left;
+  for (int r = 0; r < 3; ++r) {
+    auto l = Loader::Create(Tokens(m, 3, r));
+    ASSERT_TRUE((*l)->restore(*merged).ok());
+    const int64_t said = (*l)->batches_per_epoch();
+    const int64_t got = CountBatches(l->get());
+    EXPECT_EQ(said, got);
+    left.insert(got);
+  }
+  EXPECT_EQ(left.size(), 1u);
+  EXPECT_GT(*left.begin(), 0);
+}
+
+TEST(LoaderEqualBatchesTest, LocalShardsWithoutIndexesGetThemBuilt) {
+  TempDir dir;
+  const std::string m = WriteUneven(dir.path(), /*index=*/false);
+  std::vector<int64_t> counts;
+  for (int r = 0; r < 2; ++r) {
+    auto l = Loader::Create(Tokens(m, 2, r));
+    ASSERT_TRUE(l.ok()) << l.status();
+    counts.push_back(CountBatches(l->get()));
+  }
+  EXPECT_EQ(counts[0], counts[1]);
+  EXPECT_FALSE(testing::ReadFile(dir.path() + "/part0-000000.tar.idx").empty());
+}
+
+}  // namespace
+}  // namespace shardstream
