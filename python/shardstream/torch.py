@@ -512,30 +512,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
             self._me = me
             self._end_epoch(int(pending["epoch"]), _merge_entries(pending["consumers"]))
             return
-        if pending is None:
-            # A fresh pass: the epoch from its beginning, dropping what an
-            # earlier pass (a peek, a loop left with break) had in flight.
-            loader = self._native()
-            loader.set_epoch(self._epoch)
-        elif int(pending["version"]) == 1:
-            loader = self._native()
-            loader.restore(pending["consumers"])
-        else:
-            entry = _merge_entries(pending["consumers"])
-            if entry["members"] == list(range(entry["of"])):
-                # Every consumer's share: the rest is split over this topology.
-                loader = self._native()
-            elif entry["members"] == [me[0]] and entry["of"] == me[1]:
-                # Only this consumer's own share (a DataLoader worker under
-                # StatefulDataLoader, or a rank's own dict): read exactly it.
-                loader = self._native(solo=True)
-            else:
-                raise ValueError(
-                    f"{STATE_FORMAT}: the state covers consumers {entry['members']} of "
-                    f"{entry['of']}, but consumer {me[0]} of {me[1]} needs either its own state or "
-                    "every consumer's (merge the ranks' and workers' states with merge_state_dicts "
-                    "or gather_state_dict)")
-            loader.restore(entry["state"])
+        loader = self._loader_for(pending, me)
         if pending is not None:
             self._epoch = loader.epoch
         self._me = me
@@ -580,6 +557,36 @@ class ShardDataset(torch.utils.data.IterableDataset):
             batch = _call_batch_map(self._batch_map, batch, keys, urls)
         return batch
 
+    def _loader_for(self, pending: Optional[Dict[str, Any]], me: Tuple[int, int]) -> Loader:
+        """The native loader, set to a fresh pass over the current epoch, or
+        restored from ``pending`` (a state that has not ended)."""
+        if pending is None:
+            # A fresh pass: the epoch from its beginning, dropping what an
+            # earlier pass (a peek, a loop left with break) had in flight.
+            loader = self._native()
+            loader.set_epoch(self._epoch)
+            return loader
+        if int(pending["version"]) == 1:
+            loader = self._native()
+            loader.restore(pending["consumers"])
+            return loader
+        entry = _merge_entries(pending["consumers"])
+        if entry["members"] == list(range(entry["of"])):
+            # Every consumer's share: the rest is split over this topology.
+            loader = self._native()
+        elif entry["members"] == [me[0]] and entry["of"] == me[1]:
+            # Only this consumer's own share (a DataLoader worker under
+            # StatefulDataLoader, or a rank's own dict): read exactly it.
+            loader = self._native(solo=True)
+        else:
+            raise ValueError(
+                f"{STATE_FORMAT}: the state covers consumers {entry['members']} of "
+                f"{entry['of']}, but consumer {me[0]} of {me[1]} needs either its own state or "
+                "every consumer's (merge the ranks' and workers' states with merge_state_dicts "
+                "or gather_state_dict)")
+        loader.restore(entry["state"])
+        return loader
+
     def _end_epoch(self, epoch: int, entry: Optional[Dict[str, Any]]) -> None:
         # In a DataLoader worker the state stays "this share of the epoch is
         # done" (with the share, so it merges): StatefulDataLoader may restore
@@ -593,11 +600,19 @@ class ShardDataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         """Batches (or samples, when batch_size is None) per epoch for this process.
 
-        Inside a DataLoader worker: that worker's share. Raises TypeError when
-        the manifest has no sample counts (brace patterns).
+        Inside a DataLoader worker: that worker's share; after load_state_dict(),
+        what the resume reads. Token batches are counted from the documents'
+        token counts (sample indexes). Raises TypeError when the counts are
+        unknown (brace patterns without indexes, remote shards without indexes).
         """
         if self._active and self._loader is not None and self._pid == os.getpid():
             return len(self._loader)  # the epoch under way (perhaps a resumed share)
+        if self._pending is not None:
+            # A loaded state: what its resume will read (the next iter() restores again).
+            if self._pending.get("ended"):
+                return 0
+            rank, world, worker, workers = self._current_topology()
+            return len(self._loader_for(self._pending, (rank * workers + worker, world * workers)))
         return len(self._native())
 
     # -- state ---------------------------------------------------------------
