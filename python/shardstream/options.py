@@ -28,10 +28,12 @@ class Option:
 
 OPTIONS: Tuple[Option, ...] = (
     Option("fields", "list of names or specs", None,
-           "Fields that become tensors; None: every field of the first sample, decoded by extension",
+           "Fields that become tensors; None: every field of the first sample, decoded by extension "
+           "(image fields: docs/images.md)",
            "fields", "fields"),
     Option("tokens", "dict", None,
-           'Language-model token batches: {"field", "seq_len", "layout", "eod_token", ...}',
+           'Language-model token batches: {"field", "seq_len", "layout", "eod_token", "pad_token", '
+           '"dtype", "input_dtype", "document_metadata", "equal_batches"}',
            "tokens", "tokens"),
     Option("batch_size", "int", 32, "Samples (or token rows) per batch", "batch_size",
            "batch_size"),
