@@ -172,15 +172,17 @@ void NeedRange(double b0, double b1, int c0, int c1, int out, int* lo, int* hi) 
   if (*hi <= *lo) *hi = std::min(c1, *lo + 1);
 }
 
-void PlaceRegion(const Want& want, int denom, int origin_x, int origin_y, Region* region) {
-  const double s = 1.0 / denom;
+void PlaceRegion(const Want& want, int num, int denom, int origin_x, int origin_y, Region* region) {
+  const double s = static_cast<double>(num) / denom;
+  auto down = [&](int v) { return static_cast<int>(static_cast<int64_t>(v) * num / denom); };
+  auto up = [&](int v) { return static_cast<int>((static_cast<int64_t>(v) * num + denom - 1) / denom); };
   region->box = {want.box.x0 * s - origin_x, want.box.y0 * s - origin_y, want.box.x1 * s - origin_x,
                  want.box.y1 * s - origin_y};
   auto clamp = [](int v, int n) { return v < 0 ? 0 : v > n ? n : v; };
-  region->clip_x0 = clamp(want.clip_x0 / denom - origin_x, region->width);
-  region->clip_y0 = clamp(want.clip_y0 / denom - origin_y, region->height);
-  region->clip_x1 = clamp((want.clip_x1 + denom - 1) / denom - origin_x, region->width);
-  region->clip_y1 = clamp((want.clip_y1 + denom - 1) / denom - origin_y, region->height);
+  region->clip_x0 = clamp(down(want.clip_x0) - origin_x, region->width);
+  region->clip_y0 = clamp(down(want.clip_y0) - origin_y, region->height);
+  region->clip_x1 = clamp(up(want.clip_x1) - origin_x, region->width);
+  region->clip_y1 = clamp(up(want.clip_y1) - origin_y, region->height);
   if (region->clip_x1 <= region->clip_x0) region->clip_x1 = std::min(region->width, region->clip_x0 + 1);
   if (region->clip_y1 <= region->clip_y0) region->clip_y1 = std::min(region->height, region->clip_y0 + 1);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shardstream/decode.h"
+#include "shardstream/export.h"
 #include "shardstream/image.h"
 
 namespace shardstream::internal {
@@ -46,8 +47,8 @@ struct Want {
 void NeedRange(double b0, double b1, int c0, int c1, int out, int* lo, int* hi);
 
 // Fills the region's box and clip from the wanted ones (in the decoded
-// image's pixels, scaled by 1/denom) and the region's origin.
-void PlaceRegion(const Want& want, int denom, int origin_x, int origin_y, Region* region);
+// image's pixels, scaled by num/denom) and the region's origin.
+void PlaceRegion(const Want& want, int num, int denom, int origin_x, int origin_y, Region* region);
 using Geometry = std::function<bool(int width, int height, Want* want, std::string* error)>;
 
 // Each decoder: the region the geometry needs, into region->pixels.
@@ -71,6 +72,11 @@ Status CheckPixels(int64_t width, int64_t height, int64_t max_pixels, const Fiel
 // into out (HWC or CHW, uint8).
 void Resample(const Region& region, int out_width, int out_height, bool flip, ImageLayout layout,
               uint8_t* out);
+
+// The widest instructions Resample may use (2: AVX2, 1: SSSE3, 0: none;
+// each only where the CPU has it). Every level gives the same pixels: the
+// tests compare them.
+SHARDSTREAM_EXPORT void SetResampleSimd(int level);
 
 // Per-thread scratch buffers, released when they grew past a bound after a
 // large image (so one huge image does not pin its memory in every thread).

@@ -78,14 +78,16 @@ void CmykToRgb(const uint8_t* in, uint8_t* out, int width, bool inverted) {
   }
 }
 
-// The DCT scale: the coarsest of 1/8, 1/4, 1/2 that keeps the crop at
-// least as large as the output, so the antialiased resize only ever
-// shrinks what it gets (a crop twice the output or more is scaled).
-int ScaleDenominator(const Want& want) {
-  for (int d : {8, 4, 2})
-    if (want.box.x1 - want.box.x0 >= d * want.out_width && want.box.y1 - want.box.y0 >= d * want.out_height)
-      return d;
-  return 1;
+// The DCT-domain scale num/8: the coarsest of 1/8, 1/4 and 1/2 that keeps
+// the crop at least as large as the output, so the antialiased resize only
+// ever shrinks what it gets (a crop twice the output or more is scaled).
+// libjpeg-turbo also scales by 3/8, 5/8 ... but those IDCTs have no SIMD
+// and cost more than the pixels they save.
+int ScaleNumerator(const Want& want) {
+  const double w = want.box.x1 - want.box.x0, h = want.box.y1 - want.box.y0;
+  for (int num : {1, 2, 4})
+    if (w * num >= 8.0 * want.out_width && h * num >= 8.0 * want.out_height) return num;
+  return 8;
 }
 
 }  // namespace
@@ -115,7 +117,7 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
   jpeg_decompress_struct cinfo;
   ErrorManager err;
   std::string problem;
-  int denom = 1;
+  int num = 8;
   static thread_local std::vector<uint8_t> cmyk_row;
   cinfo.err = jpeg_std_error(&err.pub);
   err.pub.error_exit = OnError;
@@ -137,22 +139,24 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
     jpeg_destroy_decompress(&cinfo);
     return ok;
   }
-  denom = ScaleDenominator(*want);
+  num = ScaleNumerator(*want);
   const bool four = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = four ? JCS_CMYK : JCS_EXT_RGB;
-  cinfo.scale_num = 1;
-  cinfo.scale_denom = static_cast<unsigned int>(denom);
+  cinfo.scale_num = static_cast<unsigned int>(num);
+  cinfo.scale_denom = 8;
   cinfo.dct_method = JDCT_ISLOW;  // Pillow's default: the same pixels
   stage = 1;
   jpeg_start_decompress(&cinfo);
   const int sw = static_cast<int>(cinfo.output_width), sh = static_cast<int>(cinfo.output_height);
   // The rows and columns the resize reads, in scaled pixels.
-  const double s = 1.0 / denom;
+  const double s = num / 8.0;
+  auto down = [&](int v) { return v * num / 8; };
+  auto up = [&](int v) { return (v * num + 7) / 8; };
   int x0, x1, y0, y1;
-  NeedRange(want->box.x0 * s, want->box.x1 * s, want->clip_x0 / denom,
-            std::min(sw, (want->clip_x1 + denom - 1) / denom), want->out_width, &x0, &x1);
-  NeedRange(want->box.y0 * s, want->box.y1 * s, want->clip_y0 / denom,
-            std::min(sh, (want->clip_y1 + denom - 1) / denom), want->out_height, &y0, &y1);
+  NeedRange(want->box.x0 * s, want->box.x1 * s, down(want->clip_x0), std::min(sw, up(want->clip_x1)),
+            want->out_width, &x0, &x1);
+  NeedRange(want->box.y0 * s, want->box.y1 * s, down(want->clip_y0), std::min(sh, up(want->clip_y1)),
+            want->out_height, &y0, &y1);
   JDIMENSION xoff = static_cast<JDIMENSION>(x0), cw = static_cast<JDIMENSION>(x1 - x0);
   if (x0 > 0 || x1 < sw) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widened to iMCU columns
   const int rw = static_cast<int>(cinfo.output_width);
@@ -161,15 +165,23 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
   // Sized before any row is read: no allocation can be skipped by a jump.
   px.resize(static_cast<size_t>(rw) * static_cast<size_t>(rows) * 3);
   if (four) cmyk_row.resize(static_cast<size_t>(rw) * 4);
+  uint8_t* const cmyk = four ? cmyk_row.data() : nullptr;  // one TLS lookup, not one per row
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
-  for (int r = 0; r < rows; ++r) {
-    uint8_t* dst = px.data() + static_cast<size_t>(r) * static_cast<size_t>(rw) * 3;
-    JSAMPROW row = four ? cmyk_row.data() : dst;
-    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+  // Rows in groups (libjpeg decodes a block row of 8 or 16 at a time): one
+  // call per group rather than per row.
+  JSAMPROW ptrs[16];
+  for (int r = 0; r < rows;) {
+    const int want_rows = four ? 1 : std::min(16, rows - r);
+    for (int i = 0; i < want_rows; ++i)
+      ptrs[i] = four ? cmyk : px.data() + static_cast<size_t>(r + i) * static_cast<size_t>(rw) * 3;
+    const int got = static_cast<int>(jpeg_read_scanlines(&cinfo, ptrs, static_cast<JDIMENSION>(want_rows)));
+    if (got < 1) {
       jpeg_destroy_decompress(&cinfo);
       return FieldError(ctx, 0, "JPEG data: fewer rows than the header declares");
     }
-    if (four) CmykToRgb(cmyk_row.data(), dst, rw, cinfo.saw_Adobe_marker);
+    if (four) CmykToRgb(cmyk, px.data() + static_cast<size_t>(r) * static_cast<size_t>(rw) * 3, rw,
+                        cinfo.saw_Adobe_marker);
+    r += got;
   }
   if (y1 < sh && !EndsWithEoi(bytes)) {
     // Perhaps truncated: read the rest so that damage there is an error in
@@ -180,7 +192,7 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
   jpeg_destroy_decompress(&cinfo);
   region->width = rw;
   region->height = rows;
-  PlaceRegion(*want, denom, static_cast<int>(xoff), y0, region);
+  PlaceRegion(*want, num, 8, static_cast<int>(xoff), y0, region);
   return Status::OK();
 }
 

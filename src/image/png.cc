@@ -102,7 +102,7 @@ Status DecodePng(std::string_view bytes, int64_t max_pixels, const Geometry& geo
   }
   region->width = rw;
   region->height = y1 - y0;
-  PlaceRegion(*want, 1, x0, y0, region);
+  PlaceRegion(*want, 1, 1, x0, y0, region);
   return Status::OK();
 }
 

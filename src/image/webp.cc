@@ -70,7 +70,7 @@ Status DecodeWebp(std::string_view bytes, int64_t max_pixels, const Geometry& ge
   if (s != VP8_STATUS_OK) return FieldError(ctx, 0, std::string("WebP data: ") + Why(s));
   region->width = cw;
   region->height = ch;
-  PlaceRegion(*want, 1, left, top, region);
+  PlaceRegion(*want, 1, 1, left, top, region);
   return Status::OK();
 }
 
