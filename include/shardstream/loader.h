@@ -108,8 +108,11 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   double wait_p50_us = 0, wait_p99_us = 0;
   int64_t queue_depth = 0, queue_capacity = 0;
   int64_t shuffle_fill = 0, shuffle_capacity = 0;
-  // Cache hits / opens through the cache; -1 without a cache.
+  // Cache hits / opens through the cache; -1 without a cache. The counts
+  // (since Create): a shard opened through the cache, and one whose entry
+  // was complete (nothing downloaded).
   double cache_hit_rate = -1;
+  uint64_t cache_hits = 0, cache_opens = 0;
   uint64_t skipped_samples = 0, skipped_shards = 0;
   // Token documents read straight into their batches (LoaderOptions::
   // direct_reads); the others went through read buffers.

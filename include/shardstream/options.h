@@ -67,7 +67,9 @@ struct TokenOptions {
   // one) and stops after the smallest count of batches; the tokens after it
   // are not read this epoch (the remainder is dropped, as with samples).
   // A data set whose token counts cannot be had (remote shards without
-  // indexes) is a kConfig error with more than one consumer. Default: true.
+  // indexes) is an error naming the shard with more than one consumer. A
+  // document skipped under a skip policy leaves its consumer short of the
+  // common count. Default: true.
   bool equal_batches = true;
 };
 

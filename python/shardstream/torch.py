@@ -519,11 +519,14 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._active = True
         epoch = self._epoch
         single = self.batch_size is None
+        # Without sample counts (brace patterns without indexes) there is no
+        # state to keep: the hooks then run without the snapshot.
         hooked = self._map is not None or self._batch_map is not None
+        snapshot = hooked and loader.samples_per_epoch >= 0
         while True:
             # The native loader counts a batch delivered when it returns it;
             # with hooks, keep the state before it for a batch whose hook raises.
-            before = loader.own_state() if hooked else None
+            before = loader.own_state() if snapshot else None
             parts = loader._next_parts()
             if parts is None:
                 break
@@ -532,8 +535,9 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 try:
                     batch = self._apply_hooks(batch, single)
                 except Exception:
-                    self._failed = _state(epoch, [{"members": [me[0]], "of": me[1],
-                                                   "state": before}])
+                    if before is not None:
+                        self._failed = _state(epoch, [{"members": [me[0]], "of": me[1],
+                                                       "state": before}])
                     raise
             yield batch
             if self._pass != this_pass:

@@ -55,6 +55,8 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["shuffle_fill"] = s.shuffle_fill;
   d["shuffle_capacity"] = s.shuffle_capacity;
   d["cache_hit_rate"] = s.cache_hit_rate;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_opens"] = s.cache_opens;
   d["skipped_samples"] = s.skipped_samples;
   d["skipped_shards"] = s.skipped_shards;
   d["direct_samples"] = s.direct_samples;

@@ -30,8 +30,8 @@ CropBox RandomResized(const ImageSpec& spec, int width, int height, internal::Xo
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double target = area * (spec.scale_min + (spec.scale_max - spec.scale_min) * rng.Uniform01());
     const double aspect = std::exp(lr0 + (lr1 - lr0) * rng.Uniform01());
-    const int w = RoundHalfEven(std::sqrt(target * aspect));
-    const int h = RoundHalfEven(std::sqrt(target / aspect));
+    const int w = RoundHalfEven(std::min(std::sqrt(target * aspect), 1e9));
+    const int h = RoundHalfEven(std::min(std::sqrt(target / aspect), 1e9));
     if (w > 0 && w <= width && h > 0 && h <= height) {
       const int i = static_cast<int>(rng.Bounded(static_cast<uint64_t>(height - h + 1)));
       const int j = static_cast<int>(rng.Bounded(static_cast<uint64_t>(width - w + 1)));
@@ -43,9 +43,9 @@ CropBox RandomResized(const ImageSpec& spec, int width, int height, internal::Xo
   const double in_ratio = static_cast<double>(width) / height;
   int w = width, h = height;
   if (in_ratio < spec.ratio_min) {
-    h = RoundHalfEven(w / spec.ratio_min);
+    h = RoundHalfEven(std::min(w / spec.ratio_min, 1e9));
   } else if (in_ratio > spec.ratio_max) {
-    w = RoundHalfEven(h * spec.ratio_max);
+    w = RoundHalfEven(std::min(h * spec.ratio_max, 1e9));
   }
   return CropBox{static_cast<double>((width - w) / 2), static_cast<double>((height - h) / 2),
                  static_cast<double>(w), static_cast<double>(h)};
@@ -55,13 +55,15 @@ CropBox RandomResized(const ImageSpec& spec, int width, int height, internal::Xo
 // the output on the source image.
 CropBox Center(const ImageSpec& spec, int width, int height) {
   const int r = spec.resize > 0 ? spec.resize : std::max(spec.height, spec.width);
+  // In double, clamped: a 1 x 10^7 image must not overflow an int.
+  auto side = [](double v) { return static_cast<int>(std::min(v, 1e9)); };
   int nw, nh;
   if (width <= height) {
     nw = r;
-    nh = static_cast<int>(static_cast<double>(r) * height / width);
+    nh = side(static_cast<double>(r) * height / width);
   } else {
     nh = r;
-    nw = static_cast<int>(static_cast<double>(r) * width / height);
+    nw = side(static_cast<double>(r) * width / height);
   }
   nw = std::max(nw, spec.width);
   nh = std::max(nh, spec.height);
@@ -100,6 +102,12 @@ bool Fill(const ImageSpec& spec, const CropBox& box, int width, int height, Want
     want->clip_y0 = static_cast<int>(std::floor(box.y + 1e-9));
     want->clip_x1 = std::min(width, static_cast<int>(std::ceil(box.x + box.width - 1e-9)));
     want->clip_y1 = std::min(height, static_cast<int>(std::ceil(box.y + box.height - 1e-9)));
+  }
+  if (want->clip_x1 <= want->clip_x0 || want->clip_y1 <= want->clip_y0) {
+    *error = "crop box (" + std::to_string(box.x) + ", " + std::to_string(box.y) + ", " +
+             std::to_string(box.width) + " x " + std::to_string(box.height) +
+             ") holds no whole pixel";
+    return false;
   }
   want->flip = box.flip;
   return true;

@@ -4,8 +4,14 @@
 // jpeg_skip_scanlines decode only the crop's columns and rows, and
 // scale_num/scale_denom scale in the DCT domain. Same library, same SIMD.
 //
-// libjpeg reports fatal errors by longjmp: nothing with a destructor lives
-// between setjmp and the calls that may jump (the buffers are sized before).
+// libjpeg reports fatal errors by longjmp: nothing with a destructor is made
+// between setjmp and the calls that may jump (the buffers are sized before,
+// the Status is declared before). GCC's -Wclobbered flags the temporaries
+// of assignments to that Status: they are gone before any call that may
+// jump, and after a jump nothing but the error message is read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wclobbered"
+#endif
 #include <csetjmp>
 #include <cstdio>
 #include <algorithm>
@@ -118,7 +124,8 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
   ErrorManager err;
   std::string problem;
   int num = 8;
-  static thread_local std::vector<uint8_t> cmyk_row;
+  static thread_local std::vector<uint8_t> cmyk_row, tail_row;
+  Status ok;  // before the setjmp: nothing with a destructor is made after it
   cinfo.err = jpeg_std_error(&err.pub);
   err.pub.error_exit = OnError;
   err.pub.emit_message = OnMessage;
@@ -133,7 +140,7 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
                static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
   const int width = static_cast<int>(cinfo.image_width), height = static_cast<int>(cinfo.image_height);
-  Status ok = CheckPixels(width, height, max_pixels, ctx);
+  ok = CheckPixels(width, height, max_pixels, ctx);
   if (ok.ok() && !geometry(width, height, want, &problem)) ok = FieldError(ctx, 0, problem);
   if (!ok.ok()) {
     jpeg_destroy_decompress(&cinfo);
@@ -165,6 +172,7 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
   // Sized before any row is read: no allocation can be skipped by a jump.
   px.resize(static_cast<size_t>(rw) * static_cast<size_t>(rows) * 3);
   if (four) cmyk_row.resize(static_cast<size_t>(rw) * 4);
+  tail_row.resize(static_cast<size_t>(rw) * 4);
   uint8_t* const cmyk = four ? cmyk_row.data() : nullptr;  // one TLS lookup, not one per row
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
   // Rows in groups (libjpeg decodes a block row of 8 or 16 at a time): one
@@ -185,8 +193,11 @@ Status DecodeJpeg(std::string_view bytes, int64_t max_pixels, const Geometry& ge
   }
   if (y1 < sh && !EndsWithEoi(bytes)) {
     // Perhaps truncated: read the rest so that damage there is an error in
-    // every epoch, whatever the crop.
-    jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sh - y1));
+    // every epoch, whatever the crop. The last row is read, not skipped:
+    // skipping to the very end returns without decoding anything.
+    if (sh - y1 > 1) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sh - y1 - 1));
+    JSAMPROW last = tail_row.data();
+    jpeg_read_scanlines(&cinfo, &last, 1);
   }
   jpeg_abort_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);

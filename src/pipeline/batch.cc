@@ -51,8 +51,9 @@ void BatchWriter::Begin(std::shared_ptr<HostBuffer> slot,
 }
 
 int64_t BatchWriter::Append(std::string_view bytes, size_t align) {
-  if (align > 1) arena_used_ = std::min(arena_cap_, (arena_used_ + align - 1) / align * align);
-  if (arena_used_ + bytes.size() > arena_cap_) {
+  // Where the bytes go: aligned first, then room made for them there.
+  const size_t at = align > 1 ? (arena_used_ + align - 1) / align * align : arena_used_;
+  if (at + bytes.size() > arena_cap_) {
     if (!overflow_) {
       overflow_ = std::make_shared<Overflow>();
       overflows_.fetch_add(1, std::memory_order_relaxed);
@@ -61,14 +62,13 @@ int64_t BatchWriter::Append(std::string_view bytes, size_t align) {
     if (arena_ != heap.data()) {  // first move: copy what the slot arena holds
       heap.assign(arena_, arena_ + arena_used_);
     }
-    heap.resize(std::max(arena_used_ + bytes.size(), 2 * arena_cap_ + 4096));
+    heap.resize(std::max(at + bytes.size(), 2 * arena_cap_ + 4096));
     arena_ = heap.data();
     arena_cap_ = heap.size();
   }
-  int64_t at = static_cast<int64_t>(arena_used_);
-  if (!bytes.empty()) std::memcpy(arena_ + arena_used_, bytes.data(), bytes.size());
-  arena_used_ += bytes.size();
-  return at;
+  if (!bytes.empty()) std::memcpy(arena_ + at, bytes.data(), bytes.size());
+  arena_used_ = at + bytes.size();
+  return static_cast<int64_t>(at);
 }
 
 void BatchWriter::SetBytes(size_t c, int64_t row, std::string_view bytes, size_t align) {

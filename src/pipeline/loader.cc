@@ -104,9 +104,11 @@ class Loader::Impl {
   // Rows of [B, L] the packer makes from consumer plan `p` (partial
   // documents from a restore start where they stopped).
   int64_t TokenRows(const ConsumerPlan& p) const;
+  // The packer never drops (drop_last is for sample batches): the last
+  // batch may be short.
   int64_t TokenBatches(int64_t rows) const {
     const int64_t b = opt.batch_size;
-    return opt.drop_last ? rows / b : (rows + b - 1) / b;
+    return (rows + b - 1) / b;
   }
   void EndRun() {
     std::unique_ptr<internal::LoaderRun> r;
@@ -632,6 +634,8 @@ LoaderStats Loader::stats() const {
     s.cache_hit_rate = c.cache_opens > 0 ? static_cast<double>(c.cache_hits) /
                                                static_cast<double>(c.cache_opens)
                                          : 0;
+    s.cache_hits = c.cache_hits;
+    s.cache_opens = c.cache_opens;
   }
   s.skipped_samples = c.skipped_samples + c.decode_skips;
   s.skipped_shards = c.skipped_shards;

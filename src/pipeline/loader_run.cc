@@ -302,11 +302,18 @@ Status LoaderRun::Process(LaneItem* item) {
       st = CheckFirstSampleFields(s);
     }
     if (st.ok() && !image_checked_) {
-      // A first sample whose image field holds no image at all is a field
-      // named wrongly, not a damaged image: a config error under every
-      // policy (a skip policy would otherwise skip every sample).
-      image_checked_ = true;
-      st = CheckFirstSampleImages(s);
+      // An image field whose samples hold no image at all is a field named
+      // wrongly, not damaged images: a config error, at the first sample
+      // under kRaise, and under a skip policy when the run's first
+      // kNonImagesForConfig samples all hold none (one stray GIF is skipped,
+      // a misnamed field does not skip the whole epoch).
+      Status c = CheckFirstSampleImages(s);
+      if (c.ok()) {
+        image_checked_ = true;
+      } else if (opt_.error_policy == ErrorPolicy::kRaise || ++non_images_ == kNonImagesForConfig) {
+        image_checked_ = true;
+        st = c;
+      }
     }
     if (st.ok() && !image_fields_.empty()) st = item->decode_status;  // an image that would not decode
     if (st.ok()) st = batcher_->Add(row);

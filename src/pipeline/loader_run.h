@@ -109,6 +109,8 @@ class LoaderRun {
   // kConfig when an image field of `s` holds no image at all.
   Status CheckFirstSampleImages(const Sample& s) const;
   bool image_checked_ = false;
+  static constexpr int kNonImagesForConfig = 16;
+  int non_images_ = 0;  // samples from the run's start without an image where one is asked
   // Eval mode: the plan range being read (ranges are taken in order).
   size_t next_range_ = 0;
   std::atomic<bool> stop_{false};

@@ -341,6 +341,31 @@ TEST(ImageTest, EverySimdLevelGivesTheSamePixels) {
   internal::SetResampleSimd(2);
 }
 
+TEST(ImageTest, ABoxWithoutAWholePixelIsAnErrorNotARead) {
+  std::vector<uint8_t> px;
+  ImageSpec spec;
+  spec.height = spec.width = 8;
+  for (const char* name : {"rgb.png", "rgb.jpg", "lossy.webp"}) {
+    for (CropBox box : {CropBox{5, 0, 1e-10, 10}, CropBox{83, 0, 5e-10, 10}, CropBox{0, 5, 10, 1e-10}}) {
+      auto f = DecodeImageBox(Bytes(name), spec, box, &px, kCtx);
+      ASSERT_FALSE(f.ok()) << name;
+      EXPECT_EQ(f.status().code(), StatusCode::kCorrupt) << f.status();
+    }
+  }
+}
+
+TEST(ImageTest, ATruncatedJpegFailsWhateverTheCrop) {
+  // The crop lies in the top rows, far above where the file was cut: the
+  // rest is still read, so the damage is found in every epoch.
+  const std::string cut = Bytes("bad_truncated.jpg");
+  ImageSpec spec;
+  spec.height = spec.width = 4;
+  std::vector<uint8_t> px;
+  auto f = DecodeImageBox(cut, spec, CropBox{0, 0, 16, 8}, &px, kCtx);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("JPEG data"), std::string::npos) << f.status();
+}
+
 TEST(ImageTest, SpecValidation) {
   ImageSpec s;
   EXPECT_TRUE(ValidateImageSpec(s, "jpg").ok());

@@ -335,3 +335,16 @@ def test_a_field_that_holds_no_image_is_a_config_error_under_every_policy(data, 
                       fields=[{"name": "cls", "decode": "image", "size": 32}])
     with pytest.raises(shardstream.ConfigError, match="'cls' of the first sample .* is not a JPEG"):
         next(iter(ds))
+
+
+def test_a_stray_non_image_first_is_skipped_under_skip_sample(tmp_path):
+    rng = np.random.RandomState(8)
+    with shardstream.ShardWriter(str(tmp_path), max_samples=100) as w:
+        w.write({"__key__": "g0", "jpg": b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", "cls": 0})
+        for i in range(1, 6):
+            w.write({"__key__": f"g{i}", "jpg": encode(scene(rng, 40, 50)), "cls": i})
+    ds = ShardDataset(str(tmp_path / "manifest.jsonl"), batch_size=2, shuffle=False,
+                      error_policy="skip_sample",
+                      fields=[{"name": "jpg", "decode": "image", "size": 16}, "cls"])
+    assert [k for b in ds for k in b["__key__"]] == [f"g{i}" for i in range(1, 6)]
+    assert ds.stats()["skipped_samples"] == 1

@@ -281,3 +281,16 @@ def test_images_as_objects(tmp_path):
     assert torch.cat([b["label"] for b in batches]).tolist() == [i % 10 for i in range(8)]
     assert "__key__" not in batches[0], "map dropped the key"
     ds.close()
+
+
+def test_hooks_run_on_a_data_set_without_sample_counts(tmp_path):
+    # A brace pattern with learning off: no counts, so no resume state to
+    # keep before each batch; the hooks run all the same.
+    with shardstream.ShardWriter(str(tmp_path), max_samples=5) as w:
+        for i in range(10):
+            w.write({"__key__": f"n{i}", "cls": i})
+    ds = ShardDataset(str(tmp_path / "shard-{000000..000001}.tar"), batch_size=5, shuffle=False,
+                      fields=["cls"], learn_sample_counts=False,
+                      map=lambda s: {**s, "cls": s["cls"] * 10})
+    got = sorted(int(v) for b in ds for v in b["cls"])
+    assert got == [10 * i for i in range(10)]
