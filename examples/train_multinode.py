@@ -1,0 +1,140 @@
+"""Multi-node training as users launch it: DDP under torchrun, packed token
+batches with the same number of batches on every rank, shards streamed over
+HTTP through a node-local cache (each node keeps its own shards across
+epochs), and a checkpoint of model, optimizer and data position that a
+relaunch resumes from.
+
+One node of a two-node job (run the same command on every node; torchrun's
+c10d rendezvous numbers the nodes):
+
+    torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \\
+        --rdzv-endpoint HEAD_HOST:29400 --rdzv-id job42 \\
+        examples/train_multinode.py --data http://server/data/manifest.jsonl \\
+        --cache-dir /local/nvme/shardstream --ckpt /shared/ckpt [--epochs 2] [--stop-after N]
+
+--stop-after N saves a checkpoint after N steps of the run and exits (an
+interruption); the next launch with the same --ckpt resumes from it. Each rank
+writes what it trained on to --out (for the tests).
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from shardstream.torch import ShardDataset
+
+VOCAB = 97
+
+
+class TinyLm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 32)
+        self.out = torch.nn.Linear(32, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(self.emb(tokens))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", required=True, help="manifest url (http://, s3://, file)")
+    ap.add_argument("--cache-dir", required=True, help="this node's shard cache directory")
+    ap.add_argument("--cache-limit", default="4GiB")
+    ap.add_argument("--ckpt", required=True, help="checkpoint directory every node can read")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--seq-len", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--stop-after", type=int, default=0, help="save and exit after N steps")
+    ap.add_argument("--out", default="", help="write what each rank trained on here")
+    args = ap.parse_args()
+
+    dist.init_process_group("gloo")  # "nccl" on GPUs
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+
+    # One data set per rank for the whole run. node_local: shards are assigned
+    # to nodes once (nodes from torchrun's LOCAL_WORLD_SIZE and GROUP_RANK), so
+    # from the second epoch on a node reads only what its cache holds. Packed
+    # token batches come in the same number on every rank (equal_batches), so
+    # DDP's all-reduce never waits for a rank that ran out.
+    ds = ShardDataset(args.data, batch_size=args.batch_size, seed=1, node_local=True,
+                      cache_dir=args.cache_dir, cache_limit=args.cache_limit,
+                      tokens={"field": "tokens.npy", "seq_len": args.seq_len + 1, "eod_token": 0})
+    model = DistributedDataParallel(TinyLm())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    step, epoch = 0, 0
+    path = os.path.join(args.ckpt, "latest.pt")
+    resumed = os.path.exists(path)
+    if resumed:
+        ckpt = torch.load(path, weights_only=False)
+        model.module.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        step, epoch = ckpt["step"], ckpt["epoch"]
+        ds.load_state_dict(ckpt["data"][rank])  # this rank's own share: it resumes exactly
+    seen = []
+    while epoch < args.epochs:
+        if not resumed:
+            ds.set_epoch(epoch)
+        resumed = False
+        before = ds.stats()
+        steps = 0
+        for batch in ds.dataloader():
+            tokens = batch["tokens"].long()
+            logits = model(tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB),
+                                                     tokens[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()  # all-reduces the gradients across every rank
+            opt.step()
+            step += 1
+            steps += 1
+            seen.append({"epoch": epoch, "keys": batch["__key__"]})
+            if args.stop_after and step == args.stop_after:
+                # Every rank's data state, the model and the optimizer, in one file.
+                states = [None] * world
+                dist.all_gather_object(states, ds.state_dict())
+                if rank == 0:
+                    os.makedirs(args.ckpt, exist_ok=True)
+                    torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                                "step": step, "epoch": epoch, "data": states}, path + ".tmp")
+                    os.replace(path + ".tmp", path)
+                dist.barrier()
+                write_out(args.out, rank, seen, step)
+                dist.destroy_process_group()
+                return
+        after = ds.stats()
+        # Shards opened this epoch through the node's cache, and how many of
+        # them it held whole (nothing downloaded). The counters are the
+        # native loader's: a resumed share is read by a loader of its own, so
+        # after a resume the next epoch's loader counts from zero.
+        if after["cache_opens"] < before.get("cache_opens", 0):
+            before = {}
+        opens = after["cache_opens"] - before.get("cache_opens", 0)
+        hits = after["cache_hits"] - before.get("cache_hits", 0)
+        if rank == 0 or args.out:
+            print(f"rank {rank} epoch {epoch}: {steps} steps, loss {loss.item():.3f}, "
+                  f"{hits} of {opens} shards from the node's cache", flush=True)
+        seen.append({"epoch": epoch, "cache_opens": opens, "cache_hits": hits, "steps": steps})
+        epoch += 1
+    write_out(args.out, rank, seen, step)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def write_out(out: str, rank: int, seen, step: int) -> None:
+    if not out:
+        return
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"rank{rank}-{os.getpid()}.json"), "w") as f:
+        json.dump({"rank": rank, "step": step, "seen": seen}, f)
+
+
+if __name__ == "__main__":
+    main()
