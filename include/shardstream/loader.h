@@ -113,6 +113,8 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   // was complete (nothing downloaded).
   double cache_hit_rate = -1;
   uint64_t cache_hits = 0, cache_opens = 0;
+  // Mixed streams: samples returned since Create, per stream name.
+  std::map<std::string, uint64_t> stream_samples;
   uint64_t skipped_samples = 0, skipped_shards = 0;
   // Token documents read straight into their batches (LoaderOptions::
   // direct_reads); the others went through read buffers.

@@ -73,6 +73,28 @@ struct TokenOptions {
   bool equal_batches = true;
 };
 
+// One data set of a mix (LoaderOptions::streams), with how many of
+// its samples each epoch takes: one of weight, repeat and choose (default:
+// repeat 1, every sample once). An epoch takes floor(n / N) whole passes of
+// a stream of N samples and, for the rest, a subset drawn from (seed,
+// epoch, stream): whole shards in a seeded order, the last one in part.
+// MosaicML Streaming's proportion, repeat and choose, by sample.
+struct MixStream {
+  // The stream's data, as LoaderOptions::manifest and inputs take it
+  // (manifests, shards, directories, patterns). Required.
+  std::vector<std::string> inputs;
+  // Its name in stats() (stream_samples). Default: "stream<i>".
+  std::string name;
+  // A share of epoch_size, relative to the other streams' weights (all
+  // streams give a weight, or none does). Default: -1 (not given).
+  double weight = -1;
+  // Samples per epoch as a multiple of the stream's (0.5: half of them, 3:
+  // each three times). Default: -1 (not given).
+  double repeat = -1;
+  // Exactly this many samples per epoch. Default: -1 (not given).
+  int64_t choose = -1;
+};
+
 enum class LoaderMode {
   kTrain,  // seeded shard order, sample shuffle, equal counts (drop or pad)
   // Shards and samples in manifest order, no shuffle; every sample exactly
@@ -92,6 +114,15 @@ struct LoaderOptions {
   // More inputs of the kinds `manifest` takes, read after it (e.g. a list of
   // shards). Default: empty.
   std::vector<std::string> inputs;
+  // Several data sets mixed by weight, repeat or choose (MixStream),
+  // instead of manifest/inputs. Each epoch's samples are then those the
+  // streams give, shuffled together, split over the consumers exactly once;
+  // sample counts must be known (manifests or indexes). Not with node_local
+  // or kEval. Default: empty.
+  std::vector<MixStream> streams;
+  // With weights: samples per epoch over all streams. 0: the streams' total.
+  // Default: 0.
+  int64_t epoch_size = 0;
   // Learn unknown sample counts (no manifest) from the shards' sidecar
   // indexes, building and writing them for local shards, so the plan splits
   // samples exactly once; false balances shards instead. Default: true.

@@ -111,7 +111,9 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
                    engine: Optional[str] = None, log_interval_s: Optional[float] = None,
                    direct_reads: bool = True,
                    learn_sample_counts: bool = True, mode: str = "train",
-                   node_local: bool = False, local_world_size: Optional[int] = None) -> Dict[str, Any]:
+                   node_local: bool = False, local_world_size: Optional[int] = None,
+                   streams: Optional[Sequence[Mapping[str, Any]]] = None,
+                   epoch_size: Optional[int] = None) -> Dict[str, Any]:
     """The native options dict for these keyword arguments (see :class:`Loader`).
 
     Each keyword is a row of :data:`shardstream.options.OPTIONS` (its default
@@ -129,7 +131,10 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
             if k in tok:
                 tok[k] = _dtype_text(tok[k])
     opts: Dict[str, Any] = {
-        "manifest": "", "inputs": _inputs(urls), "fields": normalize_fields(fields), "tokens": tok,
+        "manifest": "", "inputs": [] if urls is None and streams else _inputs(urls),
+        "streams": [dict(st) for st in streams] if streams else None,
+        "epoch_size": epoch_size,
+        "fields": normalize_fields(fields), "tokens": tok,
         "batch_size": batch_size, "shuffle_buffer": buf, "shuffle_initial": shuffle_initial,
         "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size, "worker": worker,
         "num_workers": num_workers, "drop_last": drop_last, "pad_remainder": pad_remainder,

@@ -46,6 +46,13 @@ OPTIONS: Tuple[Option, ...] = (
            "shuffle_initial"),
     Option("seed", "int", 0, "Seed of every shuffle and split", "seed", "seed"),
     Option("epoch", "int", 0, "First epoch (later ones: set_epoch)", "epoch", "epoch"),
+    Option("streams", "list of dicts", None,
+           'Data sets mixed per epoch: [{"inputs": url(s), "weight" | "repeat" | "choose", '
+           '"name"}], instead of urls (docs/pipeline.md, "Mixing data sets")', "streams",
+           "streams"),
+    Option("epoch_size", "int", 0,
+           "Weighted streams: samples per epoch over all streams; 0: their total", "epoch_size",
+           "epoch_size"),
     Option("mode", "str", "train",
            '"train", or "eval": manifest order, every sample once, no drop or pad', "mode",
            "mode"),

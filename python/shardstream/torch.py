@@ -233,7 +233,7 @@ _EXPLICIT_OPTIONS = ("fields", "tokens", "batch_size", "shuffle", "shuffle_buffe
                      "seed", "epoch", "drop_last", "pad_remainder", "prefetch", "reader_threads",
                      "open_shards", "cache_dir", "cache_limit", "cache_mode", "pinned",
                      "error_policy", "memory_budget", "rank", "world_size", "node_local",
-                     "local_world_size")
+                     "local_world_size", "streams")
 # ShardDataset's own arguments that are no Loader options.
 _HOOK_ARGUMENTS = ("map", "batch_map")
 _PASSTHROUGH_OPTIONS = tuple(
@@ -298,7 +298,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
     are any) and keep the resume exact.
     """
 
-    def __init__(self, urls: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]], *,
+    def __init__(self, urls: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]], None] = None, *,
                  fields: FieldsArg = None,
                  tokens: Optional[Mapping[str, Any]] = None,
                  batch_size: Optional[int] = 32,
@@ -322,6 +322,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
                  world_size: Optional[int] = None,
                  node_local: bool = False,
                  local_world_size: Optional[int] = None,
+                 streams: Optional[Sequence[Mapping[str, Any]]] = None,
                  map: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
                  batch_map: Optional[Callable[[Dict[str, Any]], Any]] = None,
                  **kwargs: Any) -> None:
@@ -359,6 +360,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 serving it [False].
             local_world_size: ranks per node for ``node_local`` [None: $LOCAL_WORLD_SIZE
                 (torchrun), else SLURM's tasks per node].
+            streams: several data sets mixed in each epoch, instead of ``urls``: a list of
+                ``{"inputs": url or [urls], "weight": w}`` (a share of ``epoch_size``), or with
+                ``"repeat": r`` (r times the stream's samples) or ``"choose": n``; optional
+                ``"name"`` (per-stream counts in ``stats()["stream_samples"]``) [None].
             map: ``fn(sample) -> sample``, run on every sample in the process that iterates
                 the data set (a DataLoader worker with ``num_workers > 0``) [None]. A sample is a
                 dict: tensor rows, bytes/str items, the str ``__key__`` and ``__url__``; ``fn``
@@ -393,7 +398,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise TypeError(f"ShardDataset() got an unexpected keyword argument {k!r}{hint}")
         # One input or a list (shards, directories, patterns, manifests).
-        self.urls = (os.fspath(urls) if isinstance(urls, (str, bytes, os.PathLike))
+        if urls is None and not streams:
+            raise TypeError("ShardDataset needs urls, or streams to mix")
+        self.urls = (None if urls is None
+                     else os.fspath(urls) if isinstance(urls, (str, bytes, os.PathLike))
                      else [os.fspath(u) for u in urls])
         self.batch_size = batch_size
         self._kwargs: Dict[str, Any] = dict(
@@ -401,7 +409,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
             shuffle_size=shuffle_size, seed=seed, drop_last=drop_last, pad_remainder=pad_remainder,
             prefetch=prefetch, reader_threads=reader_threads, open_shards=open_shards,
             cache_dir=cache_dir, cache_limit=cache_limit, cache_mode=cache_mode, pinned=pinned,
-            error_policy=error_policy, memory_budget=memory_budget, **kwargs)
+            error_policy=error_policy, memory_budget=memory_budget,
+            streams=[dict(st) for st in streams] if streams else None, **kwargs)
         self._rank, self._world = rank, world_size
         self._node_local, self._local_world = node_local, local_world_size
         self._epoch = epoch            # the epoch the next __iter__ reads

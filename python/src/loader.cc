@@ -57,6 +57,7 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["cache_hit_rate"] = s.cache_hit_rate;
   d["cache_hits"] = s.cache_hits;
   d["cache_opens"] = s.cache_opens;
+  d["stream_samples"] = s.stream_samples;
   d["skipped_samples"] = s.skipped_samples;
   d["skipped_shards"] = s.skipped_shards;
   d["direct_samples"] = s.direct_samples;

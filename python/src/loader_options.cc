@@ -175,6 +175,33 @@ FieldSpec FieldOf(const py::handle& h) {
   return f;
 }
 
+// One entry of `streams`: {"inputs": url or [urls] (or "manifest"), "name",
+// "weight" | "repeat" | "choose"}.
+MixStream StreamOf(const py::handle& h) {
+  if (!py::isinstance<py::dict>(h)) Bad("streams: each entry must be a dict");
+  py::dict d = py::reinterpret_borrow<py::dict>(h);
+  MixStream m;
+  for (auto item : d) {
+    const std::string k = py::str(item.first);
+    py::handle v = item.second;
+    if (k == "inputs" || k == "manifest" || k == "urls") {
+      if (py::isinstance<py::str>(v)) m.inputs.push_back(v.cast<std::string>());
+      else for (py::handle u : v) m.inputs.push_back(py::str(u).cast<std::string>());
+    } else if (k == "name") {
+      m.name = v.cast<std::string>();
+    } else if (k == "weight" || k == "proportion") {
+      if (!v.is_none()) m.weight = v.cast<double>();
+    } else if (k == "repeat") {
+      if (!v.is_none()) m.repeat = v.cast<double>();
+    } else if (k == "choose") {
+      if (!v.is_none()) m.choose = v.cast<int64_t>();
+    } else {
+      Bad("streams: unknown key '" + k + "' (inputs, name, weight, repeat, choose)");
+    }
+  }
+  return m;
+}
+
 TokenOptions TokensOf(const py::dict& d) {
   TokenOptions t;
   for (auto item : d) {
@@ -256,6 +283,12 @@ const std::vector<OptionRow>& OptionRows() {
          for (py::handle u : v) o.inputs.push_back(u.cast<std::string>());
        },
        NoneOf},
+      {"streams",
+       [](LoaderOptions& o, py::handle v) {
+         for (py::handle h : v) o.streams.push_back(StreamOf(h));
+       },
+       NoneOf},
+      SS_SCALAR(epoch_size, int64_t),
       SS_SCALAR(learn_sample_counts, bool),
       SS_SCALAR(rank, int),
       SS_SCALAR(world_size, int),

@@ -212,6 +212,7 @@ bool LaneReader::Produce(LaneItem* item) {
       read_ = d.next() - r.first;
       item->kind = LaneItem::kDirect;
       item->shard = r.shard;
+      item->index_offset = r.index_offset;
       item->direct.shard = std::move(*chunk);
       item->direct.sample = item->direct.shard->first;
       item->bytes = item->direct.shard->memory();
@@ -245,6 +246,7 @@ bool LaneReader::Produce(LaneItem* item) {
   ++read_;
   item->kind = LaneItem::kSample;
   item->shard = r.shard;
+  item->index_offset = r.index_offset;
   item->bytes = item->sample.bytes();
   unpublished_bytes_ += item->bytes;  // read from the source
   if (config_->prepare) config_->prepare(item);  // may add what it made (decoded images)

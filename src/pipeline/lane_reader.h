@@ -37,10 +37,13 @@ namespace shardstream::internal {
 enum class ByteSource : uint8_t { kCache, kFile, kHttp, kS3, kOther };
 
 struct LaneRange {
-  int64_t shard = 0;   // manifest index
-  int64_t first = 0;
+  int64_t shard = 0;   // index into the epoch's shard list
+  int64_t first = 0;   // samples of the shard file
   int64_t end = 0;     // -1: the whole shard
   ShardRef ref;        // resolved url, size, checksum
+  // The epoch's shard is part of the file from this sample on (mixed
+  // streams): sample ids are file samples minus this.
+  int64_t index_offset = 0;
 };
 
 struct LaneItem {
@@ -49,7 +52,8 @@ struct LaneItem {
   // the consumer.
   enum Kind { kSample, kEnd, kError, kDirect };
   Kind kind = kSample;
-  int64_t shard = -1;  // manifest index of the sample's shard
+  int64_t shard = -1;  // index of the sample's shard in the epoch's list
+  int64_t index_offset = 0;  // LaneRange::index_offset of its range
   uint64_t bytes = 0;  // the sample's field bytes (what it holds in memory)
   Sample sample;
   Status status;
@@ -74,6 +78,7 @@ struct LaneItem {
     using std::swap;
     swap(a.kind, b.kind);
     swap(a.shard, b.shard);
+    swap(a.index_offset, b.index_offset);
     swap(a.bytes, b.bytes);
     swap(a.sample, b.sample);
     swap(a.status, b.status);

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "pipeline/first_sample.h"
 #include "pipeline/loader_run.h"
+#include "plan/prng.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/delivery_tracker.h"
@@ -82,9 +83,33 @@ class Loader::Impl {
 
   mutable std::mutex stats_mu;  // guards the fields below (stats() from any thread)
   uint64_t batches = 0, samples = 0, bytes = 0;
+  std::vector<uint64_t> stream_samples;  // delivered, per stream
   bool timing = false;
   Clock::time_point first_next, last_log;
   internal::WaitHistogram waits;
+
+  // Mixed streams (LoaderOptions::streams): per stream its name, manifest
+  // shards [begin, end) and samples; the stream of each manifest shard.
+  struct Stream {
+    std::string name;
+    size_t begin = 0, end = 0;
+    int64_t samples = 0;
+  };
+  std::vector<Stream> streams;
+  std::vector<int> stream_of;
+  // The epoch's shard list when mixing (the shards and parts of shards its
+  // streams give): entries, and per entry its manifest shard and first
+  // sample. Plans, batches and states index this list.
+  std::vector<ShardEntry> epoch_shards;
+  std::vector<int64_t> epoch_real, epoch_offset;
+  bool mixing() const { return !streams.empty(); }
+  Status LayOutStreams(int64_t e);
+  std::string MixFingerprint() const;
+  // The manifest shard and first sample of entry v of the epoch's list.
+  std::pair<int64_t, int64_t> Locate(int64_t v) const {
+    if (!mixing()) return {v, 0};
+    return {epoch_real[static_cast<size_t>(v)], epoch_offset[static_cast<size_t>(v)]};
+  }
 
   // Token batches: per manifest shard, prefix sums of its documents' token
   // counts (from the sample indexes; loaded at the first plan that needs
@@ -141,6 +166,83 @@ void Loader::Impl::FlushDeliveries() {
   pending.clear();
 }
 
+Status Loader::Impl::LayOutStreams(int64_t e) {
+  // Samples each stream gives this epoch.
+  std::vector<int64_t> quota(streams.size());
+  const bool weighted = opt.streams.front().weight >= 0;
+  double weights = 0;
+  int64_t total = 0;
+  for (size_t k = 0; k < streams.size(); ++k) {
+    weights += std::max(0.0, opt.streams[k].weight);
+    total += streams[k].samples;
+  }
+  const int64_t size = opt.epoch_size > 0 ? opt.epoch_size : total;
+  if (weighted) {
+    // Largest remainders, so that the shares add up to epoch_size exactly
+    // (ties to the earlier stream).
+    std::vector<std::pair<double, size_t>> rests;
+    int64_t given = 0;
+    for (size_t k = 0; k < streams.size(); ++k) {
+      const double exact = static_cast<double>(size) * opt.streams[k].weight / weights;
+      quota[k] = static_cast<int64_t>(std::floor(exact));
+      given += quota[k];
+      rests.emplace_back(exact - static_cast<double>(quota[k]), k);
+    }
+    std::stable_sort(rests.begin(), rests.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    for (size_t i = 0; given < size && i < rests.size(); ++i, ++given) ++quota[rests[i].second];
+  }
+  for (size_t k = 0; k < streams.size() && !weighted; ++k) {
+    const MixStream& so = opt.streams[k];
+    if (so.choose >= 0) {
+      quota[k] = so.choose;
+    } else {
+      quota[k] = std::llround((so.repeat >= 0 ? so.repeat : 1.0) * static_cast<double>(streams[k].samples));
+    }
+  }
+  epoch_shards.clear();
+  epoch_real.clear();
+  epoch_offset.clear();
+  auto take = [&](size_t shard, int64_t count) {
+    ShardEntry entry = manifest.shards[shard];
+    entry.nsamples = count;
+    epoch_shards.push_back(std::move(entry));
+    epoch_real.push_back(static_cast<int64_t>(shard));
+    epoch_offset.push_back(0);
+  };
+  for (size_t k = 0; k < streams.size(); ++k) {
+    const Stream& st = streams[k];
+    const int64_t passes = quota[k] / st.samples, rest = quota[k] % st.samples;
+    for (int64_t p = 0; p < passes; ++p)
+      for (size_t i = st.begin; i < st.end; ++i) take(i, manifest.shards[i].nsamples);
+    if (rest == 0) continue;
+    // The rest: whole shards in a seeded order, the last one in part.
+    std::vector<size_t> order;
+    for (size_t i = st.begin; i < st.end; ++i) order.push_back(i);
+    internal::Xoshiro256 rng(internal::DeriveSeed(opt.seed, internal::Domain::kMix,
+                                                  static_cast<uint64_t>(e), k));
+    internal::FisherYates(order.data(), order.size(), rng);
+    int64_t left = rest;
+    for (size_t i : order) {
+      if (left == 0) break;
+      const int64_t n = std::min(left, manifest.shards[i].nsamples);
+      if (n > 0) take(i, n);
+      left -= n;
+    }
+  }
+  return Status::OK();
+}
+
+std::string Loader::Impl::MixFingerprint() const {
+  std::string f = "/mix:" + std::to_string(opt.epoch_size);
+  for (size_t k = 0; k < streams.size(); ++k) {
+    const MixStream& so = opt.streams[k];
+    f += ";" + std::to_string(streams[k].begin) + "-" + std::to_string(streams[k].end) + ":" +
+         std::to_string(so.weight) + "," + std::to_string(so.repeat) + "," + std::to_string(so.choose);
+  }
+  return f;
+}
+
 Status Loader::Impl::LoadTokenCounts() {
   if (!token_prefix.empty()) return Status::OK();
   const std::string& field = opt.tokens.field;
@@ -193,14 +295,18 @@ int64_t Loader::Impl::TokenRows(const ConsumerPlan& p) const {
   const int64_t eod = pack && opt.tokens.eod_token >= 0 ? 1 : 0;
   const int64_t L = opt.tokens.seq_len;
   int64_t total = 0, rows = 0;
+  // Shard and sample numbers of the epoch's list, to the manifest's.
   auto length = [&](int64_t shard, int64_t i) {
-    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(shard)];
-    return pre[static_cast<size_t>(i) + 1] - pre[static_cast<size_t>(i)] + eod;
+    const auto [real, base] = Locate(shard);
+    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(real)];
+    return pre[static_cast<size_t>(i + base) + 1] - pre[static_cast<size_t>(i + base)] + eod;
   };
   for (const ShardRange& r : p.ranges) {
-    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(r.shard)];
+    const auto [real, base] = Locate(r.shard);
+    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(real)];
     if (pack) {
-      total += pre[static_cast<size_t>(r.end)] - pre[static_cast<size_t>(r.first)] + eod * r.size();
+      total += pre[static_cast<size_t>(r.end + base)] - pre[static_cast<size_t>(r.first + base)] +
+               eod * r.size();
     } else {
       for (int64_t i = r.first; i < r.end; ++i) rows += (length(r.shard, i) + L - 1) / L;
     }
@@ -237,10 +343,17 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
   }
   // An eval-mode epoch is laid out in another order: its states name it, so
   // a train loader refuses them (and the other way round).
-  std::vector<int64_t> counts(manifest.shards.size());
-  for (size_t i = 0; i < counts.size(); ++i) counts[i] = manifest.shards[i].nsamples;
-  const std::string fingerprint =
-      manifest.Fingerprint() + (opt.mode == LoaderMode::kEval ? "/eval" : "");
+  if (mixing()) SHARDSTREAM_RETURN_IF_ERROR(LayOutStreams(e));
+  const std::vector<ShardEntry>& list = mixing() ? epoch_shards : manifest.shards;
+  std::vector<int64_t> counts(list.size());
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = list[i].nsamples;
+  if (mixing()) {
+    auto u = std::make_shared<std::vector<std::string>>();
+    for (const ShardEntry& s : epoch_shards) u->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
+    urls = std::move(u);
+  }
+  const std::string fingerprint = manifest.Fingerprint() + (mixing() ? MixFingerprint() : "") +
+                                  (opt.mode == LoaderMode::kEval ? "/eval" : "");
   SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(counts, fingerprint, po, resume));
   tracker = std::make_unique<DeliveryTracker>(plan);
   pending.clear();
@@ -304,8 +417,31 @@ Loader::~Loader() { Stop(); }
 
 namespace {
 
+Status ValidateStreams(const LoaderOptions& o) {
+  if (!o.manifest.empty() || !o.inputs.empty())
+    return Status::Config("loader: give the data as streams or as manifest/inputs, not both");
+  if (o.node_local) return Status::Config("loader: node_local does not mix streams yet");
+  if (o.mode == LoaderMode::kEval) return Status::Config("loader: eval mode does not mix streams");
+  const bool weighted = o.streams.front().weight >= 0;
+  for (size_t k = 0; k < o.streams.size(); ++k) {
+    const MixStream& so = o.streams[k];
+    const std::string which = "loader: stream " + std::to_string(k) + ": ";
+    if (so.inputs.empty()) return Status::Config(which + "no inputs");
+    const int given = (so.weight >= 0) + (so.repeat >= 0) + (so.choose >= 0);
+    if (given > 1) return Status::Config(which + "give one of weight, repeat and choose");
+    if ((so.weight >= 0) != weighted)
+      return Status::Config(which + "weights are given for every stream or for none");
+    if (weighted && !(so.weight > 0)) return Status::Config(which + "weight must be > 0");
+  }
+  if (o.epoch_size < 0) return Status::Config("loader: epoch_size must be >= 0");
+  if (o.epoch_size > 0 && !weighted)
+    return Status::Config("loader: epoch_size applies to weighted streams");
+  return Status::OK();
+}
+
 Status Validate(const LoaderOptions& o) {
-  if (o.manifest.empty() && o.inputs.empty())
+  if (!o.streams.empty()) SHARDSTREAM_RETURN_IF_ERROR(ValidateStreams(o));
+  if (o.manifest.empty() && o.inputs.empty() && o.streams.empty())
     return Status::Config("loader: no data set given (a manifest, shards, a directory or a pattern)");
   if (o.batch_size < 1) return Status::Config("loader: batch_size must be >= 1");
   if (!o.tokens.field.empty()) {
@@ -399,7 +535,33 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   ResolveOptions ro;
   ro.source = options.source;
   ro.learn_counts = options.learn_sample_counts;
-  SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, ResolveDataset(inputs, ro));
+  if (options.streams.empty()) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, ResolveDataset(inputs, ro));
+  } else {
+    // Each stream on its own (its counts learned as for one data set), its
+    // shards appended to one manifest.
+    for (size_t k = 0; k < options.streams.size(); ++k) {
+      const MixStream& so = options.streams[k];
+      auto m = ResolveDataset(so.inputs, ro);
+      if (!m.ok()) return m.status().WithContext("loader: stream " + std::to_string(k));
+      Impl::Stream st;
+      st.name = so.name.empty() ? "stream" + std::to_string(k) : so.name;
+      st.begin = impl->manifest.shards.size();
+      st.samples = m->TotalSamples();
+      if (st.samples < 0)
+        return Status::Config("loader: stream '" + st.name + "' has shards of unknown sample count; "
+                              "mixing needs them: give a manifest, or index the shards");
+      if (st.samples == 0)
+        return Status::Config("loader: stream '" + st.name + "' has no samples");
+      for (ShardEntry& e : m->shards) {
+        impl->manifest.shards.push_back(std::move(e));
+        impl->stream_of.push_back(static_cast<int>(k));
+      }
+      st.end = impl->manifest.shards.size();
+      impl->streams.push_back(std::move(st));
+    }
+    impl->stream_samples.assign(impl->streams.size(), 0);
+  }
   if (options.memory_budget > 0) {
     MemoryEstimate e = Estimate(options, impl->manifest);
     if (e.total() > options.memory_budget)
@@ -445,7 +607,8 @@ Result<Batch> Loader::next() {
   if (!m.run) {
     internal::RunConfig rc;
     rc.options = &m.opt;
-    rc.shards = &m.manifest.shards;
+    rc.shards = m.mixing() ? &m.epoch_shards : &m.manifest.shards;
+    rc.offsets = m.mixing() ? &m.epoch_offset : nullptr;
     rc.urls = m.urls;
     rc.plan = m.plan;
     rc.epoch = m.epoch;
@@ -498,6 +661,13 @@ Result<Batch> Loader::next() {
     if (!r->empty()) {
       ++m.batches;
       m.samples += static_cast<uint64_t>(r->num_samples());
+      if (m.mixing()) {
+        for (int64_t i = 0; i < r->num_samples(); ++i) {
+          const int64_t v = r->sample(i).shard;
+          if (v >= 0 && static_cast<size_t>(v) < m.epoch_real.size())
+            ++m.stream_samples[static_cast<size_t>(m.stream_of[static_cast<size_t>(m.epoch_real[static_cast<size_t>(v)])])];
+        }
+      }
       for (size_t i = 0; i < r->num_tensors(); ++i) m.bytes += r->tensor(i).nbytes;
     }
     if (m.opt.log_interval_s > 0 &&
@@ -610,6 +780,7 @@ LoaderStats Loader::stats() const {
     s.batches = m.batches;
     s.samples = m.samples;
     s.bytes = m.bytes;
+    for (size_t k = 0; k < m.streams.size(); ++k) s.stream_samples[m.streams[k].name] = m.stream_samples[k];
     if (m.timing) s.seconds = std::chrono::duration<double>(Clock::now() - m.first_next).count();
     m.waits.Fill(&s);
   }
@@ -637,6 +808,7 @@ LoaderStats Loader::stats() const {
     s.cache_hits = c.cache_hits;
     s.cache_opens = c.cache_opens;
   }
+
   s.skipped_samples = c.skipped_samples + c.decode_skips;
   s.skipped_shards = c.skipped_shards;
   s.direct_samples = c.direct_samples;

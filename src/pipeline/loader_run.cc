@@ -78,9 +78,11 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   std::vector<LaneRange> ranges;
   for (const ShardRange& r : config_.plan.ranges) {
     LaneRange lr;
+    const int64_t off = config_.offsets ? (*config_.offsets)[static_cast<size_t>(r.shard)] : 0;
     lr.shard = r.shard;
-    lr.first = r.first;
-    lr.end = r.end;
+    lr.first = r.first + off;
+    lr.end = r.end >= 0 ? r.end + off : r.end;
+    lr.index_offset = off;
     lr.ref = ShardRef::FromEntry((*config_.shards)[static_cast<size_t>(r.shard)]);
     ranges.push_back(std::move(lr));
   }
@@ -268,7 +270,8 @@ Status LoaderRun::CheckFirstSampleImages(const Sample& s) const {
 Status LoaderRun::Process(LaneItem* item) {
   const Sample& s = item->sample;
   RowInput row;
-  row.id = SampleId{static_cast<int32_t>(item->shard), s.index};
+  const int64_t index = s.index - item->index_offset;  // in the epoch's shard
+  row.id = SampleId{static_cast<int32_t>(item->shard), index};
   row.key = s.key;
   row.url = s.url;
   row.offset = s.offset;
@@ -277,7 +280,7 @@ Status LoaderRun::Process(LaneItem* item) {
     if (item->decode_status.ok()) {
       int64_t skip = 0;
       if (!config_.skip_tokens.empty()) {
-        auto it = config_.skip_tokens.find({item->shard, s.index});
+        auto it = config_.skip_tokens.find({item->shard, index});
         if (it != config_.skip_tokens.end()) skip = it->second;
       }
       st = packer_->Add(row, item->decoded, skip, nullptr);
@@ -333,13 +336,13 @@ Status LoaderRun::TakeDirect(DirectCursor* c) {
   const int64_t i = c->doc.sample;
   const DirectShard::Doc& doc = d.doc(i);
   RowInput row;
-  row.id = SampleId{static_cast<int32_t>(c->shard), i};
+  row.id = SampleId{static_cast<int32_t>(c->shard), i - c->offset};
   row.key = d.key(i);
   row.url = d.url;
   row.offset = doc.offset;
   int64_t skip = 0;
   if (!config_.skip_tokens.empty()) {
-    auto it = config_.skip_tokens.find({c->shard, i});
+    auto it = config_.skip_tokens.find({c->shard, i - c->offset});
     if (it != config_.skip_tokens.end()) skip = it->second;
   }
   c->tokens.shape[0] = static_cast<int64_t>(doc.count);
@@ -458,6 +461,7 @@ Status LoaderRun::Advance(int* want) {
       cur.doc.sample = item->direct.sample;
       cur.left = static_cast<int64_t>(cur.doc.shard->docs.size());
       cur.shard = item->shard;
+      cur.offset = item->index_offset;
       cur.source = item->source;
       SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
     } else if (!shuffle_) {

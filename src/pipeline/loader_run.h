@@ -40,7 +40,10 @@ struct RunCounters : LaneCounters {
 
 struct RunConfig {
   const LoaderOptions* options = nullptr;
-  const std::vector<ShardEntry>* shards = nullptr;
+  const std::vector<ShardEntry>* shards = nullptr;  // the epoch's shard list
+  // Per entry of `shards`: its first sample in the file (mixed streams
+  // take parts of shards); null: all 0.
+  const std::vector<int64_t>* offsets = nullptr;
   std::shared_ptr<const std::vector<std::string>> urls;  // redacted, per manifest shard
   ConsumerPlan plan;
   int64_t epoch = 0;
@@ -79,7 +82,8 @@ class LoaderRun {
   struct DirectCursor {
     DirectDoc doc;       // the chunk, and the next sample
     int64_t left = 0;    // documents not yet taken
-    int64_t shard = -1;  // manifest index
+    int64_t shard = -1;  // index in the epoch's shard list
+    int64_t offset = 0;  // its LaneRange::index_offset
     int lane = 0;
     ByteSource source = ByteSource::kFile;  // where the chunk's bytes come from
     DecodedField tokens;

@@ -26,6 +26,7 @@ enum class Domain : uint64_t {
   kNodeAssign = 2,  // node-local assignment of shards to nodes (once)
   kResampled = 3,   // resampled draws
   kImage = 4,       // image crops and flips (per epoch and sample key)
+  kMix = 5,         // the subset of a mixed stream an epoch takes
 };
 
 // A 64-bit seed for one purpose, from the user's seed and up to three
