@@ -89,7 +89,9 @@ inline uint8_t Clip8(int32_t v) {
 
 // One output row of the vertical pass: the weighted sum of n input rows.
 // Contiguous bytes: vectorised, with an AVX2 clone where the CPU has it.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (No clones under TSan: their ifunc resolver runs before TSan's runtime is
+// up, and the program dies at load.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 void VerticalRow(const uint8_t* src, size_t stride, int first, int n, const int16_t* k,
