@@ -87,6 +87,8 @@ import sys
 import threading
 import time
 
+from torch_vs_webdataset import tree_rss  # the process tree's RSS, sampled the same way
+
 BATCH = 256
 SIZE = 224
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -501,25 +503,6 @@ def run_one(cfg: dict) -> dict:
             # buffer that decodes before the first batch is not hidden here.
             "with_first_batch_images_per_s": (images + first_images) / (t_end - t_iter),
             "versions": versions}
-
-
-def tree_rss(pid: int) -> int:
-    """RSS bytes of pid and all its descendants."""
-    total = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                stack += [int(c) for c in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total
 
 
 def tail(text: str, lines: int = 15) -> str:

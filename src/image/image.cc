@@ -77,14 +77,15 @@ CropBox Center(const ImageSpec& spec, int width, int height) {
 
 bool Fill(const ImageSpec& spec, const CropBox& box, int width, int height, Want* want,
           std::string* error) {
-  if (!(box.width > 0 && box.height > 0 && box.x >= 0 && box.y >= 0 &&
-        box.x + box.width <= width + 1e-9 && box.y + box.height <= height + 1e-9)) {
+  auto refuse = [&](const std::string& why) {
     *error = "crop box (" + std::to_string(box.x) + ", " + std::to_string(box.y) + ", " +
-             std::to_string(box.width) + " x " + std::to_string(box.height) +
-             ") is not within the " + std::to_string(width) + " x " + std::to_string(height) +
-             " image";
+             std::to_string(box.width) + " x " + std::to_string(box.height) + ") " + why;
     return false;
-  }
+  };
+  if (!(box.width > 0 && box.height > 0 && box.x >= 0 && box.y >= 0 &&
+        box.x + box.width <= width + 1e-9 && box.y + box.height <= height + 1e-9))
+    return refuse("is not within the " + std::to_string(width) + " x " + std::to_string(height) +
+                  " image");
   want->box = BoxF{box.x, box.y, box.x + box.width, box.y + box.height};
   if (spec.height > 0) {
     want->out_width = spec.width;
@@ -103,12 +104,8 @@ bool Fill(const ImageSpec& spec, const CropBox& box, int width, int height, Want
     want->clip_x1 = std::min(width, static_cast<int>(std::ceil(box.x + box.width - 1e-9)));
     want->clip_y1 = std::min(height, static_cast<int>(std::ceil(box.y + box.height - 1e-9)));
   }
-  if (want->clip_x1 <= want->clip_x0 || want->clip_y1 <= want->clip_y0) {
-    *error = "crop box (" + std::to_string(box.x) + ", " + std::to_string(box.y) + ", " +
-             std::to_string(box.width) + " x " + std::to_string(box.height) +
-             ") holds no whole pixel";
-    return false;
-  }
+  if (want->clip_x1 <= want->clip_x0 || want->clip_y1 <= want->clip_y0)
+    return refuse("holds no whole pixel");
   want->flip = box.flip;
   return true;
 }

@@ -105,42 +105,55 @@ void VerticalRow(const uint8_t* src, size_t stride, int first, int n, const int1
   for (size_t i = 0; i < row_bytes; ++i) out[i] = Clip8(acc[i]);
 }
 
-inline void Put(uint8_t* out, size_t plane, ImageLayout layout, size_t at, int32_t r, int32_t g,
-                int32_t b) {
+// Stores output pixel i of a row, R G B in the low bytes of `rgb`. Pixels
+// are stored left to right: an HWC store writes 4 bytes, the fourth the
+// next pixel's (written next), but for the row's last pixel.
+inline void Store(uint8_t* out, size_t plane, ImageLayout layout, size_t out_row, int out_width,
+                  int i, uint32_t rgb) {
+  const size_t at = out_row + static_cast<size_t>(i);
   if (layout == ImageLayout::kHWC) {
-    out[at * 3] = Clip8(r);
-    out[at * 3 + 1] = Clip8(g);
-    out[at * 3 + 2] = Clip8(b);
+    uint8_t* o = out + at * 3;
+    if (i + 1 < out_width) {
+      std::memcpy(o, &rgb, 4);
+    } else {
+      o[0] = static_cast<uint8_t>(rgb);
+      o[1] = static_cast<uint8_t>(rgb >> 8);
+      o[2] = static_cast<uint8_t>(rgb >> 16);
+    }
   } else {
-    out[at] = Clip8(r);
-    out[plane + at] = Clip8(g);
-    out[2 * plane + at] = Clip8(b);
+    out[at] = static_cast<uint8_t>(rgb);
+    out[plane + at] = static_cast<uint8_t>(rgb >> 8);
+    out[2 * plane + at] = static_cast<uint8_t>(rgb >> 16);
   }
 }
 
-// One output row of the horizontal pass, three channels at a time.
+// Output pixel xx of a row in plain C, packed as Store takes it.
+inline uint32_t PixelScalar(const uint8_t* row, const Weights& h, int cx0, int xx) {
+  const int16_t* k = h.k + static_cast<size_t>(xx) * static_cast<size_t>(h.taps);
+  const uint8_t* p = row + static_cast<size_t>(h.start[xx] - cx0) * 3;
+  int32_t r = kHalf, g = kHalf, b = kHalf;
+  for (int t = 0; t < h.count[xx]; ++t, p += 3) {
+    r += p[0] * k[t];
+    g += p[1] * k[t];
+    b += p[2] * k[t];
+  }
+  return static_cast<uint32_t>(Clip8(r)) | static_cast<uint32_t>(Clip8(g)) << 8 |
+         static_cast<uint32_t>(Clip8(b)) << 16;
+}
+
+// One output row of the horizontal pass, three channels at a time; output
+// pixels left to right, the source pixel mirrored when flipped.
 void HorizontalRowScalar(const uint8_t* row, Weights h, int cx0, int out_width, bool flip,
                          ImageLayout layout, size_t plane, size_t out_row, uint8_t* out) {
-  for (int xx = 0; xx < out_width; ++xx) {
-    const int n = h.count[xx];
-    const int16_t* k = h.k + static_cast<size_t>(xx) * static_cast<size_t>(h.taps);
-    const uint8_t* p = row + static_cast<size_t>(h.start[xx] - cx0) * 3;
-    int32_t r = kHalf, g = kHalf, b = kHalf;
-    for (int t = 0; t < n; ++t, p += 3) {
-      r += p[0] * k[t];
-      g += p[1] * k[t];
-      b += p[2] * k[t];
-    }
-    const int xo = flip ? out_width - 1 - xx : xx;
-    Put(out, plane, layout, out_row + static_cast<size_t>(xo), r, g, b);
-  }
+  for (int i = 0; i < out_width; ++i)
+    Store(out, plane, layout, out_row, out_width, i,
+          PixelScalar(row, h, cx0, flip ? out_width - 1 - i : i));
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // The same sums with SSSE3: two taps of R, G and B per pmaddwd. Reads up
 // to 5 bytes past the window (the row's slack); the weights past `count`
-// are zero. HWC rows are written 4 bytes at a time, left to right (each
-// store's fourth byte is the next pixel's first, written next).
+// are zero.
 __attribute__((target("ssse3"))) void HorizontalRowSsse3(const uint8_t* row, Weights h,
                                                          int cx0, int out_width, bool flip,
                                                          ImageLayout layout, size_t plane,
@@ -150,7 +163,6 @@ __attribute__((target("ssse3"))) void HorizontalRowSsse3(const uint8_t* row, Wei
   const __m128i zero = _mm_setzero_si128();
   const int16_t* weights = h.k;
   for (int i = 0; i < out_width; ++i) {
-    // Output pixels left to right: the source pixel xx mirrored when flipped.
     const int xx = flip ? out_width - 1 - i : i;
     const int n = h.count[xx];
     const int16_t* k = weights + static_cast<size_t>(xx) * static_cast<size_t>(h.taps);
@@ -165,22 +177,8 @@ __attribute__((target("ssse3"))) void HorizontalRowSsse3(const uint8_t* row, Wei
     }
     acc = _mm_srai_epi32(acc, kPrecision);
     const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(acc, acc), zero);
-    const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(bytes));
-    const size_t at = out_row + static_cast<size_t>(i);
-    if (layout == ImageLayout::kHWC) {
-      uint8_t* o = out + at * 3;
-      if (i + 1 < out_width) {
-        std::memcpy(o, &rgb, 4);
-      } else {
-        o[0] = static_cast<uint8_t>(rgb);
-        o[1] = static_cast<uint8_t>(rgb >> 8);
-        o[2] = static_cast<uint8_t>(rgb >> 16);
-      }
-    } else {
-      out[at] = static_cast<uint8_t>(rgb);
-      out[plane + at] = static_cast<uint8_t>(rgb >> 8);
-      out[2 * plane + at] = static_cast<uint8_t>(rgb >> 16);
-    }
+    Store(out, plane, layout, out_row, out_width, i,
+          static_cast<uint32_t>(_mm_cvtsi128_si32(bytes)));
   }
 }
 
@@ -193,23 +191,6 @@ __attribute__((target("avx2"))) void HorizontalRowAvx2(const uint8_t* row, Weigh
   const __m256i order = _mm256_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                          0, 3, 1, 4, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m256i zero = _mm256_setzero_si256();
-  auto put = [&](int i, uint32_t rgb) {
-    const size_t at = out_row + static_cast<size_t>(i);
-    if (layout == ImageLayout::kHWC) {
-      uint8_t* o = out + at * 3;
-      if (i + 1 < out_width) {
-        std::memcpy(o, &rgb, 4);  // the fourth byte is the next pixel's, written next
-      } else {
-        o[0] = static_cast<uint8_t>(rgb);
-        o[1] = static_cast<uint8_t>(rgb >> 8);
-        o[2] = static_cast<uint8_t>(rgb >> 16);
-      }
-    } else {
-      out[at] = static_cast<uint8_t>(rgb);
-      out[plane + at] = static_cast<uint8_t>(rgb >> 8);
-      out[2 * plane + at] = static_cast<uint8_t>(rgb >> 16);
-    }
-  };
   int i = 0;
   for (; i + 1 < out_width; i += 2) {
     const int xa = flip ? out_width - 1 - i : i;
@@ -233,22 +214,14 @@ __attribute__((target("avx2"))) void HorizontalRowAvx2(const uint8_t* row, Weigh
     }
     acc = _mm256_srai_epi32(acc, kPrecision);
     const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc), zero);
-    put(i, static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0)));
-    put(i + 1, static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4)));
+    Store(out, plane, layout, out_row, out_width, i,
+          static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0)));
+    Store(out, plane, layout, out_row, out_width, i + 1,
+          static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4)));
   }
-  for (; i < out_width; ++i) {  // an odd last pixel
-    const int xx = flip ? out_width - 1 - i : i;
-    const int16_t* k = h.k + static_cast<size_t>(xx) * static_cast<size_t>(h.taps);
-    const uint8_t* p = row + static_cast<size_t>(h.start[xx] - cx0) * 3;
-    int32_t r = kHalf, g = kHalf, b = kHalf;
-    for (int t = 0; t < h.count[xx]; ++t, p += 3) {
-      r += p[0] * k[t];
-      g += p[1] * k[t];
-      b += p[2] * k[t];
-    }
-    put(i, static_cast<uint32_t>(Clip8(r)) | static_cast<uint32_t>(Clip8(g)) << 8 |
-               static_cast<uint32_t>(Clip8(b)) << 16);
-  }
+  if (i < out_width)  // an odd last pixel
+    Store(out, plane, layout, out_row, out_width, i,
+          PixelScalar(row, h, cx0, flip ? out_width - 1 - i : i));
 }
 
 bool HaveSsse3() {

@@ -56,9 +56,7 @@ def read_manifest(path):
 def moto_s3_server():
     """moto's S3 (and IAM) server on loopback with authentication enforced.
     Yields (endpoint, {"access_key", "secret_key"}) of a user allowed everything."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                                str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
@@ -78,3 +76,10 @@ def moto_s3_server():
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for rendezvous and test servers)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

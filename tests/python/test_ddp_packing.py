@@ -11,7 +11,6 @@ by the timeout.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 
 import shardstream
+from conftest import free_port
 
 WORKER = r"""
 import json, os, sys
@@ -76,11 +76,6 @@ dist.barrier()
 dist.destroy_process_group()
 """
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(manifest, out, phase, world, workers, equal=True):

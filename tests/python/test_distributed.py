@@ -5,9 +5,10 @@ exactly the rest."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
+
+from conftest import free_port
 
 WORKER = r"""
 import json, os, sys
@@ -37,11 +38,6 @@ dist.barrier()
 dist.destroy_process_group()
 """
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(manifest, out, phase, world):

@@ -10,7 +10,6 @@ cache (nothing downloaded)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -18,17 +17,13 @@ import numpy as np
 import pytest
 
 import shardstream
+from conftest import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 SERVER = os.path.join(HERE, "..", "servers", "http_server.py")
 SCRIPT = os.path.join(ROOT, "examples", "train_multinode.py")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
