@@ -18,6 +18,8 @@ done
 bash scripts/setup.sh
 jobs=$(nproc)
 export SHARDSTREAM_PYTHON="$root/.venv/bin/python"
+# Tests never reach for a real EC2 metadata server; those that test it start their own.
+export AWS_EC2_METADATA_DISABLED=true
 
 echo "== C++ build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -3,11 +3,14 @@
 // DELETE, and multipart upload (create, upload part, complete, abort, list)
 // for the checkpoint uploader. Urls are "s3://bucket/key".
 //
-// Configuration comes from S3Options; fields left empty are filled from the
-// standard AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 /
-// AWS_ENDPOINT_URL, and the shared credentials and config files
-// (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, profile AWS_PROFILE).
+// Configuration comes from S3Options; fields left empty are filled as the
+// AWS SDKs fill them: credentials from the default chain (environment,
+// profiles with assume role, web identity, credential_process, container
+// credentials, EC2 instance metadata; see aws_credentials.h), refreshed
+// before they expire; region from AWS_REGION / AWS_DEFAULT_REGION or the
+// profile; endpoint from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL or the
+// profile's endpoint_url (or its services section); addressing from the
+// profile's "s3 = addressing_style = path|virtual".
 // Errors: 403/SignatureDoesNotMatch/InvalidAccessKeyId -> kAuth,
 // NoSuchKey/NoSuchBucket -> kNotFound, SlowDown and 5xx are retried, then
 // kUnavailable. Secrets never appear in messages or logs.
@@ -26,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardstream/aws_credentials.h"
 #include "shardstream/export.h"
 #include "shardstream/http_source.h"
 #include "shardstream/result.h"
@@ -36,20 +40,28 @@ namespace shardstream {
 struct S3Options {
   // Endpoint url, e.g. "http://127.0.0.1:9000" (MinIO, moto, Ceph). Empty
   // means AWS: https://s3.<region>.amazonaws.com.
-  // Default: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else "".
+  // Default: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else the profile's
+  // services section (s3 = endpoint_url = ...), else its endpoint_url, else "".
   std::string endpoint;
   // Default: AWS_REGION, else AWS_DEFAULT_REGION, else the profile's region
   // in the config file, else "us-east-1".
   std::string region;
-  // Default: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
-  // else the profile in the shared credentials file.
+  // Fixed keys. Default: empty, so `credentials` supplies them.
   std::string access_key;
   std::string secret_key;
   std::string session_token;
+  // Where credentials come from when access_key/secret_key are empty.
+  // Default: DefaultAwsCredentialChain(credential_options).
+  std::shared_ptr<AwsCredentialProvider> credentials;
+  // Options of that chain; its profile, region and http are this struct's.
+  // Default: AwsCredentialOptions defaults.
+  AwsCredentialOptions credential_options;
+  // Naming a profile here skips the environment's keys, as the SDKs do.
   // Default: AWS_PROFILE, else "default".
   std::string profile;
   // Path-style urls (endpoint/bucket/key) rather than virtual-hosted ones
-  // (bucket.endpoint/key). Default: true with a custom endpoint, else false.
+  // (bucket.endpoint/key). Default: the profile's s3 addressing_style (path
+  // or virtual), else true with a custom endpoint, else false.
   std::optional<bool> path_style;
   // Uploads larger than this use multipart upload. Default: 64 MiB.
   uint64_t multipart_threshold = uint64_t{64} << 20;
@@ -74,8 +86,8 @@ struct S3Part {
 
 class SHARDSTREAM_EXPORT S3Client {
  public:
-  // Fills empty options from the environment. Fails with kAuth when no
-  // credentials can be found.
+  // Fills empty options from the environment and gets credentials once.
+  // Fails with kAuth (naming the source tried) when none can be had.
   static Result<std::shared_ptr<S3Client>> Make(S3Options options = {});
   ~S3Client();
 

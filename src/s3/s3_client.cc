@@ -17,7 +17,6 @@
 
 namespace shardstream {
 
-using internal::AwsCredentials;
 using internal::HttpRequest;
 using internal::HttpResponse;
 using internal::S3UriEncode;
@@ -56,7 +55,7 @@ static Status S3Error(const HttpResponse& resp, std::string_view method, const s
 
 struct S3Client::Impl {
   S3Options options;
-  AwsCredentials creds;
+  std::shared_ptr<AwsCredentialProvider> creds;
   std::shared_ptr<internal::HttpClient> http;
   // The server rejected a listing with '/' in its query (see List).
   std::atomic<bool> slash_queries_rejected{false};
@@ -88,9 +87,12 @@ struct S3Client::Impl {
   // outlive the client.
   internal::RequestSigner Signer(std::string payload_hash) const {
     return [creds = creds, region = options.region,
-            hash = std::move(payload_hash)](HttpRequest& r) {
-      internal::SignV4(r, creds, region, "s3",
-                       internal::AmzDate(std::chrono::system_clock::now()), hash);
+            hash = std::move(payload_hash)](HttpRequest& r) -> Status {
+      // Asked on every attempt: temporary credentials are refreshed here,
+      // also between the parts of an upload or the resumes of a stream.
+      SHARDSTREAM_ASSIGN_OR_RETURN(AwsCredentials c, creds->Get());
+      internal::SignV4(r, c, region, "s3", internal::AmzDate(std::chrono::system_clock::now()),
+                       hash);
       return Status::OK();
     };
   }
@@ -115,7 +117,9 @@ S3Client::~S3Client() = default;
 Result<std::shared_ptr<S3Client>> S3Client::Make(S3Options options) {
   SHARDSTREAM_ASSIGN_OR_RETURN(S3Options resolved, internal::ResolveS3Options(std::move(options)));
   auto impl = std::make_unique<Impl>();
-  impl->creds = {resolved.access_key, resolved.secret_key, resolved.session_token};
+  impl->creds = resolved.credentials;
+  // Ask once now, so missing or rejected credentials fail here, naming the source.
+  SHARDSTREAM_RETURN_IF_ERROR(impl->creds->Get().status());
   impl->http = std::make_shared<internal::HttpClient>(resolved.http);
   impl->options = std::move(resolved);
   return std::shared_ptr<S3Client>(new S3Client(std::move(impl)));

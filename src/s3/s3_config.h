@@ -10,8 +10,8 @@
 
 namespace shardstream::internal {
 
-// Fills the empty fields of `options` (see S3Options). kAuth when no access
-// key or secret can be found.
+// Fills the empty fields of `options` (see S3Options); `credentials` is set
+// afterwards (fixed keys, or the chain), not yet asked for credentials.
 Result<S3Options> ResolveS3Options(S3Options options);
 
 struct S3Url {

@@ -12,15 +12,12 @@
 #include <string_view>
 
 #include "http/http_request.h"
+#include "shardstream/aws_credentials.h"
 #include "shardstream/export.h"
 
 namespace shardstream::internal {
 
-struct AwsCredentials {
-  std::string access_key;
-  std::string secret_key;
-  std::string session_token;  // empty unless temporary credentials
-};
+using AwsCredentials = ::shardstream::AwsCredentials;
 
 struct SigV4Trace {
   std::string canonical_request;

@@ -1,12 +1,14 @@
 // s3:// urls as a Source over an S3Client, and the environment-configured
 // one DefaultSource() uses.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "s3/aws_config_file.h"
 #include "s3/s3_config.h"
 #include "sources/spool_file.h"
 #include "shardstream/s3.h"
@@ -110,8 +112,9 @@ class S3Source final : public Source {
 };
 
 // DefaultSource's "s3": a client from the environment, made on first use and
-// remade when the resolved configuration changes (tests, long-lived
-// processes whose credentials rotate).
+// remade when the environment or the shared files change (tests, long-lived
+// processes whose configuration changes). The client's credential chain
+// refreshes temporary credentials itself.
 class EnvironmentS3Source final : public Source {
  public:
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override {
@@ -154,17 +157,48 @@ class EnvironmentS3Source final : public Source {
 
  private:
   Result<std::shared_ptr<Source>> Current() {
-    SHARDSTREAM_ASSIGN_OR_RETURN(S3Options o, internal::ResolveS3Options({}));
-    std::string key = o.endpoint + '\n' + o.region + '\n' + o.access_key + '\n' +
-                      o.secret_key + '\n' + o.session_token;
+    std::string key = Fingerprint();
     std::lock_guard<std::mutex> lock(mu_);
     if (!source_ || key != key_) {
-      SHARDSTREAM_ASSIGN_OR_RETURN(auto client, S3Client::Make(o));
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto client, S3Client::Make());
       source_ = NewS3Source(std::move(client));
       key_ = std::move(key);
     }
     return source_;
   }
+  // Every variable and file the chain and the options read; cheap, so it is
+  // taken on every call.
+  static std::string Fingerprint() {
+    static const char* const kVars[] = {
+        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+        "AWS_CREDENTIAL_EXPIRATION", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_STS",
+        "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+        "AWS_EC2_METADATA_DISABLED", "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "AWS_EC2_METADATA_V1_DISABLED",
+        "AWS_METADATA_SERVICE_TIMEOUT", "AWS_METADATA_SERVICE_NUM_ATTEMPTS", "HOME"};
+    std::string key;
+    for (const char* v : kVars) {
+      const char* value = std::getenv(v);
+      key += value ? std::string(value) + '\x1f' : std::string("\x1e");
+    }
+    for (auto [env, rel] : {std::pair<const char*, const char*>{"AWS_CONFIG_FILE", "/.aws/config"},
+                            {"AWS_SHARED_CREDENTIALS_FILE", "/.aws/credentials"}}) {
+      std::string path = internal::EnvVar(env);
+      if (path.empty()) path = internal::EnvVar("HOME") + rel;
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0) {
+        key += std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) +
+               "/" + std::to_string(st.st_size) + "/" + std::to_string(st.st_ino);
+      }
+      key += '\x1d';
+    }
+    return key;
+  }
+
   std::mutex mu_;
   std::string key_;
   std::shared_ptr<Source> source_;

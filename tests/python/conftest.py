@@ -13,6 +13,10 @@ import pytest
 
 import shardstream
 
+# The credential chain ends at EC2 instance metadata; tests never reach for a
+# real one (those that test it start their own server and say so).
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)

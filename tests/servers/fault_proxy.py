@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""A loopback TCP forwarding proxy that can reset its client connections, for
+tests that break a long transfer in the middle (e.g. an S3 GET from moto).
+
+  fault_proxy.py --target PORT|127.0.0.1:PORT [--port P] [--control-port C]
+
+Prints "port N control M" on stdout once listening. Every connection to N is
+forwarded to the target. M is an HTTP control server:
+  POST /reset        reset (RST: SO_LINGER 0, close) every open client
+                     connection now
+  POST /reset_after  {"bytes": N}: each connection open now is reset once N
+                     more bytes have been forwarded to its client (exactly N
+                     reach the client)
+  GET  /stats        {"connections": accepted in all, "resets": done,
+                     "open": open now, "bytes_to_clients": forwarded in all}
+Each connection is pumped by its own thread with non-blocking sockets and
+1 MiB buffers (no per-byte Python work). Exits when its parent does.
+"""
+import argparse
+import json
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BUF = 1 << 20
+
+
+class Proxy:
+    def __init__(self, target):
+        self.target = target
+        self.lock = threading.Lock()
+        self.conns = set()
+        self.connections = 0
+        self.resets = 0
+        self.bytes_done = 0  # of closed connections
+
+    def stats(self):
+        with self.lock:
+            return {"connections": self.connections, "resets": self.resets,
+                    "open": len(self.conns),
+                    "bytes_to_clients": self.bytes_done + sum(c.down for c in self.conns)}
+
+    def arm(self, after):
+        """Reset each open connection after `after` more bytes (0: now)."""
+        with self.lock:
+            for c in self.conns:
+                c.reset_at = c.down + after
+                c.wake()
+
+    def serve(self, listener):
+        while True:
+            client, _ = listener.accept()
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            conn = Conn(self, client, upstream)
+            with self.lock:
+                self.connections += 1
+                self.conns.add(conn)
+            threading.Thread(target=conn.run, daemon=True).start()
+
+
+class Conn:
+    def __init__(self, proxy, client, upstream):
+        self.proxy = proxy
+        self.client, self.upstream = client, upstream
+        self.down = 0          # bytes sent to the client
+        self.reset_at = None   # reset once self.down reaches this
+        self.wake_r, self.wake_w = socket.socketpair()
+
+    def wake(self):
+        try:
+            self.wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def run(self):
+        try:
+            self._pump()
+        except OSError:
+            pass
+        finally:
+            for s in (self.client, self.upstream, self.wake_r, self.wake_w):
+                s.close()
+            with self.proxy.lock:
+                self.proxy.conns.discard(self)
+                self.proxy.bytes_done += self.down
+
+    def _reset(self):
+        self.client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.client.close()
+        with self.proxy.lock:
+            self.proxy.resets += 1
+
+    def _pump(self):
+        c, u = self.client, self.upstream
+        for s in (c, u, self.wake_r):
+            s.setblocking(False)
+        # Per source socket: its buffer, what is read from it but not yet
+        # sent on, and whether it reached EOF. A source is read only when its
+        # pending data is all sent (back pressure both ways).
+        bufs = {c: memoryview(bytearray(BUF)), u: memoryview(bytearray(BUF))}
+        pending = {c: None, u: None}
+        eof = {c: False, u: False}
+        dst = {c: u, u: c}
+        sel = selectors.DefaultSelector()
+        sel.register(self.wake_r, selectors.EVENT_READ)
+        registered = {c: 0, u: 0}
+        while True:
+            if self.reset_at is not None and self.down >= self.reset_at:
+                return self._reset()
+            if eof[c] and eof[u] and pending[c] is None and pending[u] is None:
+                return
+            for s in (c, u):
+                ev = 0
+                if pending[s] is None and not eof[s]:
+                    ev |= selectors.EVENT_READ
+                if pending[dst[s]] is not None:
+                    ev |= selectors.EVENT_WRITE
+                if ev != registered[s]:
+                    if not registered[s]:
+                        sel.register(s, ev)
+                    elif not ev:
+                        sel.unregister(s)
+                    else:
+                        sel.modify(s, ev)
+                    registered[s] = ev
+            for key, mask in sel.select():
+                s = key.fileobj
+                if s is self.wake_r:
+                    self.wake_r.recv(4096)
+                    continue
+                src = dst[s]
+                if mask & selectors.EVENT_WRITE and pending[src] is not None:
+                    data = pending[src]
+                    if s is c and self.reset_at is not None:
+                        data = data[:max(0, self.reset_at - self.down)]
+                    if len(data):
+                        try:
+                            n = s.send(data)
+                        except BlockingIOError:
+                            n = 0
+                        if s is c:
+                            self.down += n
+                        rest = pending[src][n:]
+                        pending[src] = rest if len(rest) else None
+                if mask & selectors.EVENT_READ and pending[s] is None and not eof[s]:
+                    try:
+                        n = s.recv_into(bufs[s])
+                    except BlockingIOError:
+                        continue
+                    except ConnectionResetError:
+                        n = 0
+                    if n:
+                        pending[s] = bufs[s][:n]
+                    else:  # EOF: pass it on (nothing of this direction is pending)
+                        eof[s] = True
+                        dst[s].shutdown(socket.SHUT_WR)
+
+
+def make_control(proxy):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # quiet
+            pass
+
+        def _answer(self, code, obj):
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/reset":
+                proxy.arm(0)
+                return self._answer(200, proxy.stats())
+            if self.path == "/reset_after":
+                proxy.arm(int(json.loads(data)["bytes"]))
+                return self._answer(200, proxy.stats())
+            self._answer(404, {"error": "not found"})
+
+        def do_GET(self):
+            if self.path == "/stats":
+                return self._answer(200, proxy.stats())
+            self._answer(404, {"error": "not found"})
+
+    return Handler
+
+
+class ControlServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", required=True, help="PORT or 127.0.0.1:PORT")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--control-port", type=int, default=0)
+    args = ap.parse_args()
+    host, _, port = args.target.rpartition(":")
+    if host not in ("", "127.0.0.1", "localhost"):
+        ap.error("the target must be on loopback")
+    proxy = Proxy(("127.0.0.1", int(port)))
+    parent = os.getppid()
+
+    def watch_parent():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen(128)
+    control = ControlServer(("127.0.0.1", args.control_port), make_control(proxy))
+    threading.Thread(target=control.serve_forever, kwargs={"poll_interval": 0.1},
+                     daemon=True).start()
+    print("port %d control %d" % (listener.getsockname()[1], control.server_address[1]),
+          flush=True)
+    try:
+        proxy.serve(listener)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
