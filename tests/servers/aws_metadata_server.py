@@ -26,7 +26,7 @@ Faults: POST /_control/faults with a JSON rule or list; POST /_control/clear
 removes them. Each request takes the first rule that matches it, which is
 used "count" times (default 1, -1 = forever). Optional "path_prefix" (default
 any path). Kinds, and the requests they match:
-  {"kind": "status", "code": 500}     any: answer that status
+  {"kind": "status", "code": 500}     any: answer that status (default 500)
   {"kind": "stall", "seconds": S}     any: sleep S, then answer as usual
   {"kind": "token_refused", "code": 403}  the token PUT only (default 403)
   {"kind": "bad_json"}                credential documents: 200, not JSON
@@ -152,7 +152,8 @@ class Handler(BaseHTTPRequestHandler):
         path = urllib.parse.urlsplit(self.path).path
         fault = self._pre_fault("PUT", path)
         if fault and fault["kind"] in ("status", "token_refused"):
-            return self._answer(fault.get("code", 403), "injected", fault=fault)
+            code = fault.get("code", 403 if fault["kind"] == "token_refused" else 500)
+            return self._answer(code, "injected", fault=fault)
         if path != "/latest/api/token":
             return self._answer(404, "not found", fault=fault)
         ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
@@ -179,7 +180,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._answer(200, body, "application/json", fault=False)
         fault = self._pre_fault("GET", path)
         if fault and fault["kind"] == "status":
-            return self._answer(fault["code"], "injected", fault=fault)
+            return self._answer(fault.get("code", 500), "injected", fault=fault)
         args = self.state.args
         if path.startswith("/container/"):
             if args.container_token is not None and \

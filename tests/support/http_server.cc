@@ -201,8 +201,9 @@ std::string NginxServer::Url(const std::string& path) const {
 MotoServer::MotoServer() {
   port_ = FreePort();
   proc_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{PythonPath(), "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                               std::to_string(port_)},
+      std::vector<std::string>{PythonPath(),
+                               std::string(SHARDSTREAM_SOURCE_DIR) + "/tests/servers/moto_server.py",
+                               "-H", "127.0.0.1", "-p", std::to_string(port_)},
       std::map<std::string, std::string>{{"INITIAL_NO_AUTH_ACTION_COUNT", "0"}});
   if (!WaitForPort(port_, 30)) throw std::runtime_error("moto did not start");
   // Briefly lifts enforcement to create an IAM user, then restores it.
@@ -216,10 +217,72 @@ MotoServer::MotoServer() {
   while (std::getline(lines, line)) {
     if (line.rfind("access_key ", 0) == 0) access_key_ = line.substr(11);
     if (line.rfind("secret_key ", 0) == 0) secret_key_ = line.substr(11);
+    if (line.rfind("role_arn ", 0) == 0) role_arn_ = line.substr(9);
   }
   if (access_key_.empty()) throw std::runtime_error("moto setup printed no keys: " + out);
 }
 
 std::string MotoServer::endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+namespace {
+
+nlohmann::json GetJson(const std::string& url) {
+  static internal::HttpClient* client = new internal::HttpClient(HttpOptions{});
+  internal::HttpRequest req;
+  req.url = url;
+  auto resp = client->Send(req);
+  if (!resp.ok() || resp->status != 200)
+    throw std::runtime_error("control request failed: " + url);
+  return nlohmann::json::parse(resp->body);
+}
+
+}  // namespace
+
+AwsMetadataServer::AwsMetadataServer(const MotoServer& moto, int duration_s,
+                                     const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      PythonPath(), std::string(SHARDSTREAM_SOURCE_DIR) + "/tests/servers/aws_metadata_server.py",
+      "--moto", moto.endpoint(), "--access-key", moto.access_key(), "--secret-key",
+      moto.secret_key(), "--role-arn", moto.role_arn(), "--duration", std::to_string(duration_s)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  proc_ = std::make_unique<ChildProcess>(argv);
+  std::string line = proc_->WaitForLine("port ", 30);
+  port_ = std::stoi(line.substr(5));
+}
+
+std::string AwsMetadataServer::Url(const std::string& path) const {
+  return "http://127.0.0.1:" + std::to_string(port_) + path;
+}
+
+void AwsMetadataServer::AddFault(const nlohmann::json& rule) {
+  Post(Url("/_control/faults"), rule.dump());
+}
+
+void AwsMetadataServer::ClearFaults() { Post(Url("/_control/clear"), ""); }
+
+std::vector<nlohmann::json> AwsMetadataServer::Log() const {
+  return GetJson(Url("/_control/log")).get<std::vector<nlohmann::json>>();
+}
+
+FaultProxy::FaultProxy(int target_port) {
+  proc_ = std::make_unique<ChildProcess>(std::vector<std::string>{
+      PythonPath(), std::string(SHARDSTREAM_SOURCE_DIR) + "/tests/servers/fault_proxy.py",
+      "--target", std::to_string(target_port)});
+  std::string line = proc_->WaitForLine("port ", 20);
+  std::istringstream words(line);
+  std::string w1, w2;
+  words >> w1 >> port_ >> w2 >> control_port_;
+}
+
+std::string FaultProxy::Url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+void FaultProxy::ResetAfter(uint64_t bytes) {
+  Post("http://127.0.0.1:" + std::to_string(control_port_) + "/reset_after",
+       "{\"bytes\": " + std::to_string(bytes) + "}");
+}
+
+nlohmann::json FaultProxy::Stats() const {
+  return GetJson("http://127.0.0.1:" + std::to_string(control_port_) + "/stats");
+}
 
 }  // namespace shardstream::testing

@@ -74,8 +74,10 @@ class NginxServer {
   int port_ = 0;
 };
 
-// moto's S3 server with authentication enforced from the first request. An
-// IAM user with full access is created at start; its keys are below.
+// moto's S3, STS and IAM server (tests/servers/moto_server.py: web identity
+// calls unsigned, expired temporary credentials refused, as AWS does) with
+// authentication enforced from the first request. An IAM user with full
+// access and a role anyone may assume are created at start.
 class MotoServer {
  public:
   MotoServer();
@@ -83,12 +85,51 @@ class MotoServer {
   std::string endpoint() const;
   const std::string& access_key() const { return access_key_; }
   const std::string& secret_key() const { return secret_key_; }
+  const std::string& role_arn() const { return role_arn_; }
 
  private:
   std::unique_ptr<ChildProcess> proc_;
   int port_ = 0;
   std::string access_key_;
   std::string secret_key_;
+  std::string role_arn_;
+};
+
+// tests/servers/aws_metadata_server.py: EC2 instance metadata (IMDSv2) and
+// container credentials handing out real temporary credentials of the moto
+// server's role, valid `duration_s`, with fault injection and a request log.
+class AwsMetadataServer {
+ public:
+  AwsMetadataServer(const MotoServer& moto, int duration_s,
+                    const std::vector<std::string>& args = {});
+  std::string Url(const std::string& path = "") const;  // path starts with '/'
+  void AddFault(const nlohmann::json& rule);
+  void ClearFaults();
+  // One object per request: method, path, status, token, authorization,
+  // fault, access_key_id.
+  std::vector<nlohmann::json> Log() const;
+
+ private:
+  std::unique_ptr<ChildProcess> proc_;
+  int port_ = 0;
+};
+
+// tests/servers/fault_proxy.py: a TCP proxy to 127.0.0.1:target_port that
+// resets its client connections on demand.
+class FaultProxy {
+ public:
+  explicit FaultProxy(int target_port);
+  int port() const { return port_; }
+  std::string Url() const;
+  // Resets each connection open now once `bytes` more reach its client.
+  void ResetAfter(uint64_t bytes);
+  // {"connections", "resets", "open", "bytes_to_clients"}.
+  nlohmann::json Stats() const;
+
+ private:
+  std::unique_ptr<ChildProcess> proc_;
+  int port_ = 0;
+  int control_port_ = 0;
 };
 
 }  // namespace shardstream::testing
