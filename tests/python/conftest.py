@@ -58,11 +58,13 @@ def read_manifest(path):
 
 @contextlib.contextmanager
 def moto_s3_server():
-    """moto's S3 (and IAM) server on loopback with authentication enforced.
-    Yields (endpoint, {"access_key", "secret_key"}) of a user allowed everything."""
+    """moto's S3, STS and IAM server on loopback with authentication enforced (and
+    tests/servers/moto_server.py's AWS behaviours: unsigned web identity calls, expired
+    temporary credentials refused). Yields (endpoint, {"access_key", "secret_key",
+    "role_arn"}): a user and a role allowed everything."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    server = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "servers", "moto_server.py"),
+                               "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
     try:
         deadline = time.monotonic() + 30
@@ -87,3 +89,53 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def line_server(argv, prefix="port "):
+    """Starts a test server that prints a line starting with `prefix` once it listens; yields
+    (process, that line's words after the prefix). Killed on exit."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(prefix), f"{argv[1]} did not start: {line!r}"
+        yield proc, line[len(prefix):].split()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def aws_metadata_server(endpoint, keys, duration, *args):
+    """tests/servers/aws_metadata_server.py: EC2 instance metadata and container credentials
+    minting real credentials of moto's role that expire after `duration` seconds. Yields its
+    base url."""
+    script = os.path.join(HERE, "..", "servers", "aws_metadata_server.py")
+    with line_server([sys.executable, script, "--moto", endpoint, "--access-key",
+                      keys["access_key"], "--secret-key", keys["secret_key"], "--role-arn",
+                      keys["role_arn"], "--duration", str(duration), *args]) as (_, words):
+        yield f"http://127.0.0.1:{words[0]}"
+
+
+@contextlib.contextmanager
+def fault_proxy(target_port):
+    """tests/servers/fault_proxy.py in front of 127.0.0.1:target_port. Yields (proxy url,
+    control url)."""
+    script = os.path.join(HERE, "..", "servers", "fault_proxy.py")
+    with line_server([sys.executable, script, "--target", str(target_port)]) as (_, words):
+        yield f"http://127.0.0.1:{words[0]}", f"http://127.0.0.1:{words[2]}"
+
+
+def clean_aws_env(monkeypatch, **env):
+    """Removes every AWS_* variable, then sets `env` (the chain sees only what a test gives)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for k, v in env.items():
+        if v is None:
+            monkeypatch.delenv(k, raising=False)
+        else:
+            monkeypatch.setenv(k, v)

@@ -11,6 +11,10 @@ forwarded to the target. M is an HTTP control server:
   POST /reset_after  {"bytes": N}: each connection open now is reset once N
                      more bytes have been forwarded to its client (exactly N
                      reach the client)
+  POST /reset_next  {"bytes": N}: the next connection accepted is reset once
+                     N bytes have been forwarded to its client
+  POST /rate         {"bytes_per_s": R}: forward at most R bytes/s to each
+                     client from now on (0: no limit)
   GET  /stats        {"connections": accepted in all, "resets": done,
                      "open": open now, "bytes_to_clients": forwarded in all}
 Each connection is pumped by its own thread with non-blocking sockets and
@@ -37,6 +41,8 @@ class Proxy:
         self.connections = 0
         self.resets = 0
         self.bytes_done = 0  # of closed connections
+        self.next_reset = None  # reset_at of the next connection accepted
+        self.rate = 0  # bytes/s to each client, 0: unlimited
 
     def stats(self):
         with self.lock:
@@ -61,6 +67,7 @@ class Proxy:
                 continue
             conn = Conn(self, client, upstream)
             with self.lock:
+                conn.reset_at, self.next_reset = self.next_reset, None
                 self.connections += 1
                 self.conns.add(conn)
             threading.Thread(target=conn.run, daemon=True).start()
@@ -73,6 +80,7 @@ class Conn:
         self.down = 0          # bytes sent to the client
         self.reset_at = None   # reset once self.down reaches this
         self.wake_r, self.wake_w = socket.socketpair()
+        self.t0 = time.monotonic()
 
     def wake(self):
         try:
@@ -148,6 +156,10 @@ class Conn:
                             n = 0
                         if s is c:
                             self.down += n
+                            rate = self.proxy.rate
+                            if rate and n:
+                                time.sleep(min(1.0, max(0.0, self.t0 + self.down / rate -
+                                                        time.monotonic())))
                         rest = pending[src][n:]
                         pending[src] = rest if len(rest) else None
                 if mask & selectors.EVENT_READ and pending[s] is None and not eof[s]:
@@ -186,6 +198,13 @@ def make_control(proxy):
                 return self._answer(200, proxy.stats())
             if self.path == "/reset_after":
                 proxy.arm(int(json.loads(data)["bytes"]))
+                return self._answer(200, proxy.stats())
+            if self.path == "/reset_next":
+                with proxy.lock:
+                    proxy.next_reset = int(json.loads(data)["bytes"])
+                return self._answer(200, proxy.stats())
+            if self.path == "/rate":
+                proxy.rate = int(json.loads(data)["bytes_per_s"])
                 return self._answer(200, proxy.stats())
             self._answer(404, {"error": "not found"})
 
