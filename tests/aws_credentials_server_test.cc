@@ -477,6 +477,12 @@ TEST_F(AwsCredentialServerTest, TheCommandLineUsesTheChain) {
   EXPECT_NE(out.find("000"), std::string::npos) << out;
   EXPECT_NE(out.find("AWS credentials from web identity"), std::string::npos) << out;
   EXPECT_EQ(out.find("cli-token"), std::string::npos) << out;
+  rc = testing::RunCommand(env + testing::CliPath() + " manifest s3://creds/cli/shard.tar --out " +
+                               dir.Join("m.jsonl") + " 2>&1 && " + env + testing::CliPath() +
+                               " verify " + dir.Join("m.jsonl") + " --samples 2>&1",
+                           &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("cli-token"), std::string::npos) << out;
   rc = testing::RunCommand(env + testing::CliPath() + " ckpt ls --remote s3://creds/ckpt/ 2>&1", &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("no committed checkpoints"), std::string::npos) << out;

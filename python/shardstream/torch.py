@@ -718,9 +718,15 @@ def _state(epoch: int, consumers: List[Dict[str, Any]], version: int = 2,
             **extra}
 
 
-def _own_share(me: Tuple[int, int], loader: Loader) -> Dict[str, Any]:
-    """Consumer ``me`` = (index, count)'s share: its own state, nothing owed by others."""
-    return {"members": [me[0]], "of": me[1], "state": loader.own_state()}
+def _own_share(me: Tuple[int, int], loader: Loader) -> Optional[Dict[str, Any]]:
+    """Consumer ``me`` = (index, count)'s share: its own state, nothing owed by others. None
+    when the plan has no resume state (sample counts unknown: remote shards without indexes),
+    so a worker ends its epoch like any other rather than failing at the end."""
+    try:
+        state = loader.own_state()
+    except ConfigError:
+        return None
+    return {"members": [me[0]], "of": me[1], "state": state}
 
 
 def passthrough(batch: Any) -> Any:

@@ -6,11 +6,16 @@ A recipe is a fenced block right after an HTML comment:
   <!-- cookbook: run -->                 run it
   <!-- cookbook: run expect="TEXT" -->   run it; its output must contain TEXT
   <!-- cookbook: write NAME -->          save it as NAME (for a later run)
+  <!-- cookbook: run env="eks,ec2,ecs" -->  run it once per platform, with no keys in the
+                                        environment: EKS web identity, EC2 instance metadata, ECS
+                                        container credentials (loopback servers minting moto's
+                                        temporary credentials); the log must name that source
 The folder starts with raw/ (files <key>.<field>) and captions.jsonl; s3://my-bucket
 is moto's S3 (signing enforced), with shards/captions/ uploaded before the
 first recipe that reads it.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -20,12 +25,13 @@ import sys
 
 import pytest
 
-from conftest import moto_s3_server
+from conftest import aws_metadata_server, moto_s3_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DOC = os.environ.get("SHARDSTREAM_COOKBOOK", os.path.join(ROOT, "docs", "python.md"))
-RECIPE = re.compile(r"<!-- cookbook: (run|write)(?: ([^\s>]+))?(?: expect=\"([^\"]*)\")? -->\s*\n"
+RECIPE = re.compile(r"<!-- cookbook: (run|write)(?: env=\"([^\"]*)\")?(?: ([^\s>]+))?"
+                    r"(?: expect=\"([^\"]*)\")? -->\s*\n"
                     r"```(python|sh)\n(.*?)```", re.S)
 SAMPLES = 1000
 
@@ -44,12 +50,53 @@ def cli_dir():
     pytest.fail("the shardstream command is not built (build/shardstream)")
 
 
+PLATFORM_SOURCE = {"eks": "AWS credentials from web identity",
+                   "ec2": "AWS credentials from instance metadata",
+                   "ecs": "AWS credentials from container credentials"}
+
+
+@contextlib.contextmanager
+def platform_env(platform, env, work):
+    """The environment a platform gives a process: no keys; EKS's web identity variables, or an
+    instance metadata endpoint, or container credentials variables, served on loopback with
+    moto's role. Yields (environment, the log text that names the source)."""
+    if platform is None:
+        yield env, None
+        return
+    keys = {"access_key": env["AWS_ACCESS_KEY_ID"], "secret_key": env["AWS_SECRET_ACCESS_KEY"],
+            "role_arn": env["SHARDSTREAM_TEST_ROLE_ARN"]}
+    endpoint = env["AWS_ENDPOINT_URL_S3"]
+    base = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+    base.update({"AWS_ENDPOINT_URL_S3": endpoint, "AWS_REGION": "us-east-1",
+                 "AWS_CONFIG_FILE": os.path.join(work, "no-aws-config"),
+                 "AWS_SHARED_CREDENTIALS_FILE": os.path.join(work, "no-aws-credentials"),
+                 "AWS_EC2_METADATA_DISABLED": "true"})
+    if platform == "eks":
+        token = os.path.join(work, "eks-token")
+        with open(token, "w") as f:
+            f.write("service-account-token")
+        base.update({"AWS_ROLE_ARN": keys["role_arn"], "AWS_WEB_IDENTITY_TOKEN_FILE": token,
+                     "AWS_ENDPOINT_URL_STS": endpoint})
+        yield base, PLATFORM_SOURCE[platform]
+        return
+    args = ("--container-token", "task-token") if platform == "ecs" else ("--require-token",)
+    with aws_metadata_server(endpoint, keys, 3600, *args) as url:
+        if platform == "ec2":
+            base.update({"AWS_EC2_METADATA_SERVICE_ENDPOINT": url})
+            del base["AWS_EC2_METADATA_DISABLED"]
+        else:
+            base.update({"AWS_CONTAINER_CREDENTIALS_FULL_URI": url + "/container/v2/credentials",
+                         "AWS_CONTAINER_AUTHORIZATION_TOKEN": "task-token"})
+        yield base, PLATFORM_SOURCE[platform]
+
+
 @pytest.fixture(scope="module")
 def s3_env():
     import boto3
     with moto_s3_server() as (endpoint, keys):
         env = {"AWS_ACCESS_KEY_ID": keys["access_key"], "AWS_SECRET_ACCESS_KEY": keys["secret_key"],
-               "AWS_ENDPOINT_URL_S3": endpoint, "AWS_REGION": "us-east-1"}
+               "AWS_ENDPOINT_URL_S3": endpoint, "AWS_REGION": "us-east-1",
+               "SHARDSTREAM_TEST_ROLE_ARN": keys["role_arn"]}
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                           aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                           aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
@@ -80,7 +127,7 @@ def test_cookbook_recipes_run_as_written(tmp_path, s3_env):
            "HF_HOME": os.path.join(work, "hf"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
            "PYTHONUNBUFFERED": "1"}
     uploaded = False
-    for kind, name, expect, lang, code in found:
+    for kind, platforms, name, expect, lang, code in found:
         if kind == "write":
             with open(os.path.join(work, name), "w") as f:
                 f.write(code)
@@ -91,11 +138,14 @@ def test_cookbook_recipes_run_as_written(tmp_path, s3_env):
                 s3.upload_file(os.path.join(src, fname), "my-bucket", f"captions/{fname}")
             uploaded = True
         cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
-        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300)
-        out = r.stdout + r.stderr
-        assert r.returncode == 0, f"recipe failed ({lang}):\n{code}\n--- output:\n{out[-3000:]}"
-        if expect:
-            assert expect in out, f"recipe output lacks {expect!r}:\n{code}\n--- output:\n{out[-3000:]}"
+        for platform in (platforms.split(",") if platforms else [None]):
+            with platform_env(platform, env, work) as (run_env, source):
+                r = subprocess.run(cmd, cwd=work, env=run_env, capture_output=True, text=True,
+                                   timeout=300)
+            out = r.stdout + r.stderr
+            assert r.returncode == 0, f"recipe failed ({lang}, {platform}):\n{code}\n--- output:\n{out[-3000:]}"
+            for want in filter(None, (expect, source)):
+                assert want in out, f"recipe output lacks {want!r}:\n{code}\n--- output:\n{out[-3000:]}"
     # What the conversions wrote is what they read.
     for d in ("folder", "captions", "hf"):
         assert os.listdir(os.path.join(work, "shards", d)), d
