@@ -1,28 +1,65 @@
-"""shardstream vs WebDataset, both feeding a torch DataLoader from the same shards.
+"""shardstream vs WebDataset vs MosaicML Streaming, each feeding a torch DataLoader the same samples.
 
-    python benchmarks/torch_vs_webdataset.py [--dir /tmp/ss-bench] [--runs 3]
+    python benchmarks/torch_vs_webdataset.py [--dir /tmp/ss-bench] [--runs 3] [--epochs 3]
 
-Two data sets: "tokens" (samples of 2048 int32 tokens as .npy, batches
-[256, 2048] int32) and "1k" (samples of 256 int32 = 1 KiB, batches [256, 256]).
-WebDataset: wds.WebDataset(...).decode().to_tuple().batched(256) under a
-DataLoader with num_workers=2 and pin_memory=True (its recommended setup).
-shardstream: ShardDataset(batch_size=256) under a DataLoader with
-num_workers=0 and collate_fn=passthrough (its recommended setup; C++ threads
-do the work, buffers are already pinned when CUDA exists). With the
-environment variable SS_DEFAULT_COLLATE=1 the DataLoader keeps its default
-collate_fn instead.
+Data sets, written once into --dir with shardstream.ShardWriter (64 MiB tar
+shards, each sample one int32 .npy) and reused while their parameters match:
+"tokens" (--token-samples samples of 2048 tokens, batches [256, 2048] int32),
+"tokens-b" (--mix-samples samples of 2048 other tokens, the second data set of
+the mix) and "1k" (--small-samples samples of 256 int32 = 1 KiB, batches
+[256, 256]). For Streaming the same tokens, read back from the tar shards, are
+written once with MDSWriter(columns={"tokens": "ndarray:int32"}) (as
+llm-foundry writes pre-tokenized text) into --dir/NAME-mds.
 
-Each configuration runs in a fresh process; the driver samples the RSS of
-that process and all its children every 5 ms (/proc) for the peak memory of
-the whole process tree, and compares it with a process that only imports
-torch. Reported: batches/s over whole epochs (after the first batch), time to
-first batch, peak tree RSS and its excess over `import torch`. Medians of
---runs runs.
+Configurations, each for every library:
+- tokens, shuffle on: each library's usual shuffle. shardstream: ShardDataset's
+  defaults (shuffle=True, a 1000-sample buffer). WebDataset:
+  shardshuffle=len(urls) and .shuffle(1000) (its documented training setup).
+  Streaming: StreamingDataset(shuffle=True) with its defaults (py1e).
+- tokens, shuffle off: shuffle=False / shardshuffle=False and no .shuffle().
+- mix: "tokens" and "tokens-b" mixed 0.7 / 0.3 by sample, epochs of
+  --token-samples samples, shuffle on. shardstream:
+  ShardDataset(streams=[{"inputs": a, "weight": 0.7}, {"inputs": b,
+  "weight": 0.3}], epoch_size=N). Streaming: StreamingDataset(streams=
+  [Stream(local=a, proportion=0.7), Stream(local=b, proportion=0.3)],
+  epoch_size=N, shuffle=True). WebDataset: wds.RandomMix of two
+  WebDataset(urls, resampled=True).shuffle(1000) sources with probs
+  [0.7, 0.3], batched, .with_epoch(nbatches=N / 256 / workers) (its
+  documented recipe: RandomMix stops at the first exhausted source, so the
+  sources resample shards and the epoch is set by length).
+- 1k, shuffle on and off, as for tokens.
+
+How each library is driven (its recommended setup):
+- shardstream: ShardDataset(..., fields=["tokens.npy"], batch_size=256) under
+  DataLoader(batch_size=None, num_workers=0, collate_fn=passthrough)
+  (= ds.dataloader(); C++ threads do the work), set_epoch(e) every epoch.
+  With the environment variable SS_DEFAULT_COLLATE=1 the DataLoader keeps its
+  default collate_fn instead.
+- WebDataset: .decode().to_tuple("tokens.npy").batched(256) under
+  DataLoader(batch_size=None, num_workers=2, pin_memory=True).
+- Streaming (mosaicml-streaming, in its own virtual environment made by
+  scripts/bench_env.sh, since it pins numpy<2.2): StreamingDataset(...,
+  batch_size=256) under DataLoader(batch_size=256, num_workers=2,
+  pin_memory=True); the default collate_fn stacks the rows.
+
+Each configuration runs --epochs epochs in a fresh process; the runs are
+interleaved (run 1 of every configuration, then run 2, ...). The driver
+samples the RSS (and its anonymous part) of that process and all its children
+every 5 ms (/proc) for the peak memory of the whole process tree, and compares
+it with a process that only imports torch. Reported, medians of --runs:
+batches/s over all epochs counted from the first batch on (its time excluded),
+time to the first batch (from just after `import torch`: library import, set-up,
+worker start, first batch), peak tree RSS, and the ratios shardstream /
+WebDataset and shardstream / Streaming. The last stdout line is one JSON object.
 """
 
 import argparse
+import io
 import json
+import math
 import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,21 +67,61 @@ import threading
 import time
 
 BATCH = 256
+WORKERS = 2  # DataLoader workers of WebDataset and Streaming
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ME = os.path.abspath(__file__)
+LIBS = ("shardstream", "webdataset", "streaming")
+MIX_WEIGHTS = (0.7, 0.3)
+# Data set name -> (tokens per sample, generator seed).
+DATASETS = {"tokens": (2048, 0), "tokens-b": (2048, 1), "1k": (256, 0)}
+# (configuration, data sets, shuffle): a mix has two data sets.
+CONFIGS = (
+    ("tokens", ("tokens",), True),
+    ("tokens", ("tokens",), False),
+    ("mix", ("tokens", "tokens-b"), True),
+    ("1k", ("1k",), True),
+    ("1k", ("1k",), False),
+)
 
 
-def make_data(root: str, kind: str, samples: int) -> str:
+def log(*a) -> None:
+    print(*a, file=sys.stderr, flush=True)
+
+
+def read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+# -- the data sets ---------------------------------------------------------------------------
+
+def make_data(root: str, name: str, samples: int) -> str:
+    """Writes data set `name` into root/name unless it is there with these parameters;
+    returns its manifest."""
     import numpy as np
     import shardstream
-    out = os.path.join(root, kind)
+    seq, seed = DATASETS[name]
+    params = {"version": 2, "samples": samples, "seq": seq, "seed": seed, "max_bytes": "64MiB"}
+    out = os.path.join(root, name)
     manifest = os.path.join(out, "manifest.jsonl")
-    if os.path.exists(manifest):
+    marker = os.path.join(out, "params.json")
+    if read_json(marker) == params and os.path.exists(manifest):
         return manifest
-    seq = 2048 if kind == "tokens" else 256
-    rng = np.random.default_rng(0)
-    with shardstream.ShardWriter(out, max_bytes="64MiB") as w:
+    if os.path.exists(out):
+        if not os.path.exists(manifest) and not os.path.exists(marker):
+            raise SystemExit(f"{out} holds no data set of this benchmark: pass another --dir")
+        shutil.rmtree(out)
+    log(f"data: writing {name} ({samples} samples of {seq} int32) into {out}")
+    rng = np.random.default_rng(seed)
+    with shardstream.ShardWriter(out, max_bytes=params["max_bytes"]) as w:
         for i in range(samples):
             w.write({"__key__": f"s{i:08d}",
                      "tokens.npy": rng.integers(0, 50000, size=seq, dtype=np.int32)})
+    with open(marker, "w") as f:
+        json.dump(params, f)
     return manifest
 
 
@@ -54,44 +131,153 @@ def shard_urls(manifest: str):
         return [os.path.join(d, json.loads(line)["url"]) for line in f if line.strip()]
 
 
-def run_one(lib: str, manifest: str, epochs: int, seq: int) -> dict:
-    """Runs in the child process: iterates `epochs` epochs, returns timings."""
+def tar_tokens(paths: list):
+    """The tokens.npy arrays of every sample of the tar shards, in order (stdlib + numpy)."""
+    import tarfile
+    import numpy as np
+    for path in paths:
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                if m.isfile() and m.name.endswith(".tokens.npy"):
+                    yield np.load(io.BytesIO(tar.extractfile(m).read()))
+
+
+def write_mds(manifest: str, out: str) -> None:
+    """Child (Streaming environment): the data set's tokens as MDS, as llm-foundry writes
+    pre-tokenized text."""
+    from vision_benchmark import import_streaming
+    streaming = import_streaming()
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    n = 0
+    with streaming.MDSWriter(out=out, columns={"tokens": "ndarray:int32"}) as w:
+        for tokens in tar_tokens(shard_urls(manifest)):
+            w.write({"tokens": tokens})
+            n += 1
+    print(json.dumps({"samples": n, "streaming_version": streaming.__version__}))
+
+
+def ensure_mds(python: str, root: str, name: str, manifest: str) -> str:
+    out = os.path.join(root, name + "-mds")
+    marker = os.path.join(out, "params.json")
+    want = read_json(os.path.join(os.path.dirname(manifest), "params.json"))
+    if read_json(marker) != want:
+        log(f"data: writing the MDS copy of {name} into {out} (Streaming)")
+        r = subprocess.run([python, ME, "--write-mds", manifest, out], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise RuntimeError("MDSWriter failed: " + tail(r.stderr))
+        with open(marker, "w") as f:
+            json.dump(want, f)
+    return out
+
+
+def warm_cache(paths: list) -> None:
+    """Reads the files once, so every library finds them in the page cache."""
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+# -- one configuration of one library, in its own process -----------------------------------
+
+def run_one(cfg: dict) -> dict:
+    """Child: iterates cfg["epochs"] epochs, returns timings."""
     import torch
     t_start = time.perf_counter()
-    if lib == "webdataset":
-        import webdataset as wds
-        ds = (wds.WebDataset(shard_urls(manifest), shardshuffle=False, empty_check=False)
-              .decode().to_tuple("tokens.npy").batched(BATCH, partial=True))
-        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, pin_memory=True)
-    else:
-        from shardstream.torch import ShardDataset
-        ds = ShardDataset(manifest, fields=["tokens.npy"], batch_size=BATCH, shuffle_buffer=0,
-                          seed=0)
-        from shardstream.torch import passthrough
+    lib, shuffle, epochs, seq = cfg["lib"], cfg["shuffle"], cfg["epochs"], cfg["seq"]
+    weights, epoch_size = cfg.get("weights"), cfg.get("epoch_size")
+    versions = {"torch": torch.__version__}
+    set_epoch = None
+    if lib == "shardstream":
+        import shardstream
+        from shardstream.torch import ShardDataset, passthrough
+        versions["shardstream"] = getattr(shardstream, "__version__", None)
+        opts = {"fields": ["tokens.npy"], "batch_size": BATCH, "shuffle": shuffle, "seed": 0}
+        if weights:
+            ds = ShardDataset(streams=[{"inputs": m, "weight": w, "name": f"s{i}"} for i, (m, w)
+                                       in enumerate(zip(cfg["manifests"], weights))],
+                              epoch_size=epoch_size, **opts)
+        else:
+            ds = ShardDataset(cfg["manifests"][0], **opts)
         collate = {} if os.environ.get("SS_DEFAULT_COLLATE") else {"collate_fn": passthrough}
         dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0, **collate)
-    first = None
-    batches = 0
-    t_after_first = None
+        set_epoch = ds.set_epoch
+    elif lib == "webdataset":
+        import webdataset as wds
+        versions["webdataset"] = wds.__version__
+
+        def source(manifest: str, resampled: bool):
+            urls = shard_urls(manifest)
+            if resampled:
+                d = wds.WebDataset(urls, resampled=True, shardshuffle=False, empty_check=False)
+            else:
+                d = wds.WebDataset(urls, shardshuffle=len(urls) if shuffle else False,
+                                   empty_check=False)
+            if shuffle:
+                d = d.shuffle(1000)
+            return d.decode().to_tuple("tokens.npy")
+
+        if weights:
+            mix = wds.RandomMix([source(m, True) for m in cfg["manifests"]], probs=list(weights))
+            per_worker = math.ceil(epoch_size / BATCH / WORKERS)
+            ds = wds.DataPipeline(mix, wds.batched(BATCH, partial=True)).with_epoch(
+                nbatches=per_worker)
+        else:
+            ds = source(cfg["manifests"][0], False).batched(BATCH, partial=True)
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=WORKERS,
+                                         pin_memory=True)
+    elif lib == "streaming":
+        from vision_benchmark import import_streaming
+        streaming = import_streaming()
+        from streaming.base.util import clean_stale_shared_memory
+        clean_stale_shared_memory()
+        versions["streaming"] = streaming.__version__
+        if weights:
+            streams = [streaming.Stream(local=d, proportion=w)
+                       for d, w in zip(cfg["mds"], weights)]
+            ds = streaming.StreamingDataset(streams=streams, epoch_size=epoch_size,
+                                            shuffle=shuffle, batch_size=BATCH)
+        else:
+            ds = streaming.StreamingDataset(local=cfg["mds"][0], shuffle=shuffle,
+                                            batch_size=BATCH)
+        dl = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS,
+                                         pin_memory=True)
+    else:
+        raise SystemExit(f"unknown library {lib}")
+
+    first = t_first = None
+    batches = rows = 0
+    rows_per_epoch = []
     for epoch in range(epochs):
-        if lib != "webdataset":
-            ds.set_epoch(epoch)
+        if set_epoch is not None:
+            set_epoch(epoch)
+        epoch_rows = 0
         for b in dl:
-            x = b[0] if isinstance(b, (tuple, list)) else b["tokens.npy"]
+            x = (b[0] if isinstance(b, (tuple, list))
+                 else b["tokens"] if "tokens" in b else b["tokens.npy"])
+            epoch_rows += int(x.shape[0])
             if first is None:
                 first = time.perf_counter() - t_start
-                t_after_first = time.perf_counter()
-                assert x.shape[1] == seq and x.dtype == torch.int32, (x.shape, x.dtype)
+                t_first = time.perf_counter()
+                assert x.shape[1] == seq and x.dtype == torch.int32, (lib, x.shape, x.dtype)
             else:
                 batches += 1
             del b, x
-    seconds = time.perf_counter() - t_after_first
-    return {"first_batch_s": first, "batches": batches, "batches_per_s": batches / seconds}
+        rows_per_epoch.append(epoch_rows)
+    seconds = time.perf_counter() - t_first
+    return {"first_batch_s": first, "batches": batches, "seconds": seconds,
+            "batches_per_s": batches / seconds, "rows_per_epoch": rows_per_epoch,
+            "versions": versions}
 
 
-def tree_rss(pid: int) -> int:
-    """RSS bytes of pid and all its descendants."""
-    total = 0
+# -- memory of a process tree ------------------------------------------------------------------
+
+def tree_memory(pid: int) -> tuple:
+    """(RSS, anonymous RSS) bytes of pid and all its descendants. RSS also counts mapped
+    file pages (Streaming reads its shards through mmap) and shared memory."""
+    rss = anon = 0
     stack = [pid]
     while stack:
         p = stack.pop()
@@ -99,79 +285,203 @@ def tree_rss(pid: int) -> int:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("RssAnon:"):
+                        anon += int(line.split()[1]) * 1024
                         break
             with open(f"/proc/{p}/task/{p}/children") as f:
                 stack += [int(c) for c in f.read().split()]
         except (FileNotFoundError, ProcessLookupError):
             pass
-    return total
+    return rss, anon
+
+
+def tree_rss(pid: int) -> int:
+    """RSS bytes of pid and all its descendants."""
+    return tree_memory(pid)[0]
+
+
+def tail(text: str, lines: int = 15) -> str:
+    return "\n".join((text or "").strip().splitlines()[-lines:])
 
 
 def measure(cmd) -> tuple:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    peak = 0
+    """Runs cmd, sampling its process tree's memory every 5 ms; (its last stdout line as
+    JSON, peak RSS, peak anonymous RSS). Raises RuntimeError with the end of its stderr if
+    it fails."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = peak_anon = 0
     done = threading.Event()
 
     def sample():
-        nonlocal peak
+        nonlocal peak, peak_anon
         while not done.is_set():
-            peak = max(peak, tree_rss(proc.pid))
+            rss, anon = tree_memory(proc.pid)
+            peak, peak_anon = max(peak, rss), max(peak_anon, anon)
             time.sleep(0.005)
 
     t = threading.Thread(target=sample)
     t.start()
-    out, _ = proc.communicate()
+    out, err = proc.communicate()
     done.set()
     t.join()
     if proc.returncode != 0:
-        raise SystemExit(f"{cmd} failed")
-    return json.loads(out.strip().splitlines()[-1]) if out.strip() else {}, peak
+        raise RuntimeError(f"exit status {proc.returncode}: {tail(err)}")
+    lines = out.strip().splitlines()
+    return (json.loads(lines[-1]) if lines else {}), peak, peak_anon
+
+
+# -- the driver -----------------------------------------------------------------------------
+
+def config_name(kind: str, shuffle: bool) -> str:
+    return f"{kind}, {'shuffle' if shuffle else 'no shuffle'}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", default="/tmp/ss-bench")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--token-samples", type=int, default=8192)
-    ap.add_argument("--small-samples", type=int, default=65536)
-    ap.add_argument("--epochs-ours", type=int, default=16,
-                    help="epochs shardstream reads of the token set (4x fewer of the 1 KiB set)")
-    ap.add_argument("--child", nargs=4, metavar=("LIB", "MANIFEST", "EPOCHS", "SEQ"))
+    ap.add_argument("--dir", default="/tmp/ss-bench", help="data directory [/tmp/ss-bench]")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each configuration; medians [3]")
+    ap.add_argument("--epochs", type=int, default=3, help="epochs per run [3]")
+    ap.add_argument("--token-samples", type=int, default=32768,
+                    help="samples of the token set, and of each mixed epoch [32768]")
+    ap.add_argument("--mix-samples", type=int, default=16384,
+                    help="samples of the second token set of the mix [16384]")
+    ap.add_argument("--small-samples", type=int, default=65536,
+                    help="samples of the 1 KiB set [65536]")
+    ap.add_argument("--libs", default=",".join(LIBS), help=f"libraries to run [{','.join(LIBS)}]")
+    ap.add_argument("--configs", default="tokens,mix,1k",
+                    help="configurations to run: tokens, mix, 1k [all]")
+    ap.add_argument("--streaming-python",
+                    default=os.path.join(ROOT, ".venv-bench", "bin", "python"),
+                    help="Python of the Streaming environment (scripts/bench_env.sh) "
+                         "[.venv-bench/bin/python]")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--write-mds", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        lib, manifest, epochs, seq = args.child
-        print(json.dumps(run_one(lib, manifest, int(epochs), int(seq))))
+        print(json.dumps(run_one(json.loads(args.child))))
         return
-    os.makedirs(args.dir, exist_ok=True)
-    me = os.path.abspath(__file__)
+    if args.write_mds:
+        write_mds(*args.write_mds)
+        return
+
+    load_before = os.getloadavg()
+    root = os.path.abspath(args.dir)
+    os.makedirs(root, exist_ok=True)
+    libs = [x for x in args.libs.split(",") if x]
+    kinds = [x for x in args.configs.split(",") if x]
+    configs = [c for c in CONFIGS if c[0] in kinds]
+    sizes = {"tokens": args.token_samples, "tokens-b": args.mix_samples,
+             "1k": args.small_samples}
+    names = sorted({n for _, sets, _ in configs for n in sets})
+    manifests = {n: make_data(root, n, sizes[n]) for n in names}
+
+    skipped = {}  # library -> why it has no figures
+    mds = {}
+    streaming_python = os.path.abspath(args.streaming_python)
+    if "streaming" in libs:
+        if not os.path.exists(streaming_python):
+            skipped["streaming"] = (f"no Streaming environment at {streaming_python}: run "
+                                    "scripts/bench_env.sh, or pass --streaming-python")
+        else:
+            try:
+                mds = {n: ensure_mds(streaming_python, root, n, manifests[n]) for n in names}
+            except RuntimeError as e:
+                skipped["streaming"] = str(e)
+    files = [u for n in names for u in shard_urls(manifests[n])]
+    for d in mds.values():
+        files += [os.path.join(d, f) for f in sorted(os.listdir(d))]
+    warm_cache(files)
+
     base = [measure([sys.executable, "-c", "import torch, time; time.sleep(0.3); print('{}')"])[1]
             for _ in range(args.runs)]
     torch_rss = statistics.median(base)
-    print(f"import torch alone: peak RSS {torch_rss / 2**20:.0f} MiB")
-    rows = []
-    for kind, samples, seq in (("tokens", args.token_samples, 2048),
-                               ("1k", args.small_samples, 256)):
-        manifest = make_data(args.dir, kind, samples)
-        result = {}
-        ours = args.epochs_ours if kind == "tokens" else max(1, args.epochs_ours // 4)
-        for lib, epochs in (("webdataset", 1), ("shardstream", ours)):
-            runs = [measure([sys.executable, me, "--child", lib, manifest, str(epochs), str(seq)])
-                    for _ in range(args.runs)]
-            med = {k: statistics.median(r[0][k] for r in runs)
-                   for k in ("batches_per_s", "first_batch_s")}
-            med["peak_rss"] = statistics.median(r[1] for r in runs)
-            per_run = ", ".join(f"{r[0]['batches_per_s']:.0f}" for r in runs)
-            result[lib] = med
-            print(f"{kind:6s} {lib:11s} {med['batches_per_s']:9.1f} batches/s  first batch "
-                  f"{med['first_batch_s'] * 1000:7.1f} ms  peak tree RSS "
-                  f"{med['peak_rss'] / 2**20:6.0f} MiB (+{(med['peak_rss'] - torch_rss) / 2**20:.0f}"
-                  f" MiB over import torch)  [runs: {per_run}]", flush=True)
-        speedup = result["shardstream"]["batches_per_s"] / result["webdataset"]["batches_per_s"]
-        print(f"{kind:6s} speed-up {speedup:.1f}x")
-        rows.append((kind, result, speedup))
-    print(json.dumps({"import_torch_rss": torch_rss,
-                      "results": [{"kind": k, **r, "speedup": s} for k, r, s in rows]}))
+    log(f"import torch alone: peak RSS {torch_rss / 2**20:.0f} MiB")
+
+    def command(lib: str, kind: str, sets: tuple, shuffle: bool) -> list:
+        cfg = {"lib": lib, "shuffle": shuffle, "epochs": args.epochs,
+               "seq": DATASETS[sets[0]][0], "manifests": [manifests[n] for n in sets],
+               "mds": [mds.get(n) for n in sets]}
+        if kind == "mix":
+            cfg.update(weights=MIX_WEIGHTS, epoch_size=args.token_samples)
+        python = streaming_python if lib == "streaming" else sys.executable
+        return [python, ME, "--child", json.dumps(cfg)]
+
+    runs = {}  # (config name, lib) -> list of results
+    for r in range(args.runs):
+        for kind, sets, shuffle in configs:
+            cname = config_name(kind, shuffle)
+            for lib in libs:
+                if lib in skipped:
+                    continue
+                try:
+                    out, peak, peak_anon = measure(command(lib, kind, sets, shuffle))
+                except RuntimeError as e:
+                    skipped[lib] = f"failed ({cname}): {e}"
+                    log(f"run {r + 1}/{args.runs} {cname} {lib}: {skipped[lib]}")
+                    continue
+                out.update(peak_rss=peak, peak_rss_anon=peak_anon)
+                runs.setdefault((cname, lib), []).append(out)
+                log(f"run {r + 1}/{args.runs} {cname:19s} {lib:11s} "
+                    f"{out['batches_per_s']:8.1f} batches/s  first batch "
+                    f"{out['first_batch_s'] * 1000:6.0f} ms  peak RSS {peak / 2**20:5.0f} MiB "
+                    f"(anon {peak_anon / 2**20:.0f})  rows/epoch {out['rows_per_epoch']}")
+
+    results = []
+    mib = 2 ** 20
+    print(f"{args.epochs} epoch(s) per run, medians of {args.runs} runs; import torch alone: "
+          f"{torch_rss / mib:.0f} MiB; load average before {load_before[0]:.2f}")
+    for kind, sets, shuffle in configs:
+        cname = config_name(kind, shuffle)
+        entry = {"config": cname, "kind": kind, "shuffle": shuffle, "data_sets": list(sets),
+                 "weights": list(MIX_WEIGHTS) if kind == "mix" else None}
+        for lib in libs:
+            rs = runs.get((cname, lib))
+            if not rs:
+                entry[lib] = {"batches_per_s": None, "reason": skipped.get(lib, "no runs")}
+                continue
+            entry[lib] = {
+                "batches_per_s": statistics.median(x["batches_per_s"] for x in rs),
+                "first_batch_s": statistics.median(x["first_batch_s"] for x in rs),
+                "peak_rss": statistics.median(x["peak_rss"] for x in rs),
+                "peak_rss_anon": statistics.median(x["peak_rss_anon"] for x in rs),
+                "runs_batches_per_s": [x["batches_per_s"] for x in rs],
+                "rows_per_epoch": rs[-1]["rows_per_epoch"],
+                "versions": rs[-1].get("versions")}
+
+        def rate(lib):
+            return (entry.get(lib) or {}).get("batches_per_s")
+
+        for other in ("webdataset", "streaming"):
+            entry[f"ratio_to_{other}"] = (rate("shardstream") / rate(other)
+                                          if rate("shardstream") and rate(other) else None)
+        results.append(entry)
+        for lib in libs:
+            res = entry[lib]
+            if res["batches_per_s"] is None:
+                print(f"{cname:19s} {lib:11s} -  ({res['reason']})")
+                continue
+            x = entry.get(f"ratio_to_{lib}")
+            print(f"{cname:19s} {lib:11s} {res['batches_per_s']:8.1f} batches/s  first batch "
+                  f"{res['first_batch_s'] * 1000:6.0f} ms  peak tree RSS "
+                  f"{res['peak_rss'] / mib:5.0f} MiB (+{(res['peak_rss'] - torch_rss) / mib:.0f} "
+                  f"over import torch; anon {res['peak_rss_anon'] / mib:.0f})"
+                  + (f"  shardstream {x:.1f}x" if x else "")
+                  + "  [runs: " + ", ".join(f"{v:.0f}" for v in res["runs_batches_per_s"]) + "]",
+                  flush=True)
+    print(json.dumps({
+        "import_torch_rss": torch_rss,
+        "results": results,
+        "skipped": skipped,
+        "settings": {"dir": root, "runs": args.runs, "epochs": args.epochs,
+                     "token_samples": args.token_samples, "mix_samples": args.mix_samples,
+                     "small_samples": args.small_samples, "batch_size": BATCH,
+                     "workers": WORKERS, "mix_weights": list(MIX_WEIGHTS),
+                     "default_collate": bool(os.environ.get("SS_DEFAULT_COLLATE")),
+                     "python": platform.python_version(), "cpus": os.cpu_count(),
+                     "load_average_before": load_before,
+                     "load_average_after": os.getloadavg()},
+    }))
 
 
 if __name__ == "__main__":

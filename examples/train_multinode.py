@@ -1,5 +1,6 @@
-"""Multi-node training as users launch it: DDP under torchrun, packed token
-batches with the same number of batches on every rank, shards streamed over
+"""Multi-node training as users launch it: DDP under torchrun, two data sets
+mixed by weight into packed token batches with the same number of batches on
+every rank, shards streamed over
 HTTP through a node-local cache (each node keeps its own shards across
 epochs), and a checkpoint of model, optimizer and data position that a
 relaunch resumes from.
@@ -9,8 +10,12 @@ c10d rendezvous numbers the nodes):
 
     torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \\
         --rdzv-endpoint HEAD_HOST:29400 --rdzv-id job42 \\
-        examples/train_multinode.py --data http://server/data/manifest.jsonl \\
+        examples/train_multinode.py --data http://server/web/manifest.jsonl --weight 0.5 \\
+        --data http://server/code/manifest.jsonl --weight 0.5 --epoch-size 1280 \\
         --cache-dir /local/nvme/shardstream --ckpt /shared/ckpt [--epochs 2] [--stop-after N]
+
+Several --data with a --weight each are mixed (each epoch takes each data set's
+share of --epoch-size); one --data without weights is read as it is.
 
 --stop-after N saves a checkpoint after N steps of the run and exits (an
 interruption); the next launch with the same --ckpt resumes from it. Each rank
@@ -42,7 +47,11 @@ class TinyLm(torch.nn.Module):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", required=True, help="manifest url (http://, s3://, file)")
+    ap.add_argument("--data", action="append", required=True,
+                    help="manifest url (http://, s3://, file); repeat with --weight to mix")
+    ap.add_argument("--weight", action="append", type=float, default=[],
+                    help="the share of each --data in an epoch (mixing)")
+    ap.add_argument("--epoch-size", type=int, default=0, help="samples per mixed epoch")
     ap.add_argument("--cache-dir", required=True, help="this node's shard cache directory")
     ap.add_argument("--cache-limit", default="4GiB")
     ap.add_argument("--ckpt", required=True, help="checkpoint directory every node can read")
@@ -63,7 +72,18 @@ def main() -> None:
     # from the second epoch on a node reads only what its cache holds. Packed
     # token batches come in the same number on every rank (equal_batches), so
     # DDP's all-reduce never waits for a rank that ran out.
-    ds = ShardDataset(args.data, batch_size=args.batch_size, seed=1, node_local=True,
+    # With weights, each epoch mixes the data sets by them; with node_local,
+    # each data set's shards stay on their nodes and each node takes its part
+    # of every data set's share from its own shards.
+    if args.weight:
+        if len(args.weight) != len(args.data):
+            ap.error("give one --weight per --data")
+        data = {"streams": [{"inputs": url, "weight": w, "name": f"data{i}"}
+                            for i, (url, w) in enumerate(zip(args.data, args.weight))],
+                "epoch_size": args.epoch_size or None}
+    else:
+        data = {"urls": args.data[0]}
+    ds = ShardDataset(**data, batch_size=args.batch_size, seed=1, node_local=True,
                       cache_dir=args.cache_dir, cache_limit=args.cache_limit,
                       tokens={"field": "tokens.npy", "seq_len": args.seq_len + 1, "eod_token": 0})
     model = DistributedDataParallel(TinyLm())

@@ -117,8 +117,9 @@ struct LoaderOptions {
   // Several data sets mixed by weight, repeat or choose (MixStream),
   // instead of manifest/inputs. Each epoch's samples are then those the
   // streams give, shuffled together, split over the consumers exactly once;
-  // sample counts must be known (manifests or indexes). Not with node_local
-  // or kEval. Default: empty.
+  // sample counts must be known (manifests or indexes). With node_local each
+  // stream's shards stay on their nodes and every node takes its part of
+  // each stream's share from them. Not with kEval. Default: empty.
   std::vector<MixStream> streams;
   // With weights: samples per epoch over all streams. 0: the streams' total.
   // Default: 0.

@@ -70,6 +70,10 @@ struct PlanOptions {
   // a multiple), once for all epochs. Default: false
   bool node_local = false;
   int local_world_size = 0;  // ranks per node; required by node_local. Default: 0
+  // With node_local: the node of each shard, when the caller lays shards out
+  // by node itself (mixed streams keep each stream's shards on their nodes).
+  // Empty: the seeded cut described in docs/plan.md. Default: empty
+  std::vector<uint32_t> node_of;
   // Shards in manifest order instead of a seeded shuffle (evaluation). Not
   // with node_local. Default: false
   bool in_order = false;

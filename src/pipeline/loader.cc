@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "pipeline/first_sample.h"
 #include "pipeline/loader_run.h"
+#include "plan/layout.h"
 #include "plan/prng.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/dataset_inputs.h"
@@ -102,8 +103,13 @@ class Loader::Impl {
   // sample. Plans, batches and states index this list.
   std::vector<ShardEntry> epoch_shards;
   std::vector<int64_t> epoch_real, epoch_offset;
+  // With nodes > 1 (node_local, or resuming such an epoch): each entry's node.
+  std::vector<uint32_t> epoch_node;
   bool mixing() const { return !streams.empty(); }
-  Status LayOutStreams(int64_t e);
+  // Lays out epoch e's list for `nodes` nodes: each stream's shards stay on
+  // the nodes they are assigned to for all epochs, and each node takes its
+  // part of the stream's quota from its own shards.
+  Status LayOutStreams(int64_t e, int64_t nodes);
   std::string MixFingerprint() const;
   // The manifest shard and first sample of entry v of the epoch's list.
   std::pair<int64_t, int64_t> Locate(int64_t v) const {
@@ -166,7 +172,7 @@ void Loader::Impl::FlushDeliveries() {
   pending.clear();
 }
 
-Status Loader::Impl::LayOutStreams(int64_t e) {
+Status Loader::Impl::LayOutStreams(int64_t e, int64_t nodes) {
   // Samples each stream gives this epoch.
   std::vector<int64_t> quota(streams.size());
   const bool weighted = opt.streams.front().weight >= 0;
@@ -203,31 +209,66 @@ Status Loader::Impl::LayOutStreams(int64_t e) {
   epoch_shards.clear();
   epoch_real.clear();
   epoch_offset.clear();
-  auto take = [&](size_t shard, int64_t count) {
+  epoch_node.clear();
+  auto take = [&](size_t shard, int64_t count, uint32_t node) {
     ShardEntry entry = manifest.shards[shard];
     entry.nsamples = count;
     epoch_shards.push_back(std::move(entry));
     epoch_real.push_back(static_cast<int64_t>(shard));
     epoch_offset.push_back(0);
+    epoch_node.push_back(node);
   };
   for (size_t k = 0; k < streams.size(); ++k) {
     const Stream& st = streams[k];
-    const int64_t passes = quota[k] / st.samples, rest = quota[k] % st.samples;
-    for (int64_t p = 0; p < passes; ++p)
-      for (size_t i = st.begin; i < st.end; ++i) take(i, manifest.shards[i].nsamples);
-    if (rest == 0) continue;
-    // The rest: whole shards in a seeded order, the last one in part.
-    std::vector<size_t> order;
-    for (size_t i = st.begin; i < st.end; ++i) order.push_back(i);
-    internal::Xoshiro256 rng(internal::DeriveSeed(opt.seed, internal::Domain::kMix,
-                                                  static_cast<uint64_t>(e), k));
-    internal::FisherYates(order.data(), order.size(), rng);
-    int64_t left = rest;
-    for (size_t i : order) {
-      if (left == 0) break;
-      const int64_t n = std::min(left, manifest.shards[i].nsamples);
-      if (n > 0) take(i, n);
-      left -= n;
+    // The stream's shards by node, the same in every epoch (seed, stream,
+    // nodes), so a node's cache keeps serving it.
+    std::vector<std::vector<size_t>> mine(static_cast<size_t>(nodes));
+    if (nodes == 1) {
+      for (size_t i = st.begin; i < st.end; ++i) mine[0].push_back(i);
+    } else {
+      std::vector<int64_t> counts;
+      for (size_t i = st.begin; i < st.end; ++i) counts.push_back(manifest.shards[i].nsamples);
+      auto assigned = internal::AssignNodes(
+          counts, internal::DeriveSeed(opt.seed, internal::Domain::kNodeAssign, k), nodes);
+      for (size_t j = 0; j < assigned.size(); ++j)
+        for (uint32_t i : assigned[j]) mine[j].push_back(st.begin + i);
+    }
+    // The stream's quota split between nodes by their samples of it (largest
+    // remainders, ties to the lower node).
+    std::vector<int64_t> have(mine.size(), 0), share(mine.size(), 0);
+    for (size_t j = 0; j < mine.size(); ++j)
+      for (size_t i : mine[j]) have[j] += manifest.shards[i].nsamples;
+    std::vector<std::pair<int64_t, size_t>> rests;
+    int64_t given = 0;
+    for (size_t j = 0; j < mine.size(); ++j) {
+      const __int128 exact = static_cast<__int128>(quota[k]) * have[j];
+      share[j] = static_cast<int64_t>(exact / st.samples);
+      given += share[j];
+      rests.emplace_back(static_cast<int64_t>(exact % st.samples), j);
+    }
+    std::stable_sort(rests.begin(), rests.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    for (size_t i = 0; given < quota[k] && i < rests.size(); ++i, ++given) ++share[rests[i].second];
+    for (size_t j = 0; j < mine.size(); ++j) {
+      if (have[j] == 0) continue;
+      const uint32_t node = static_cast<uint32_t>(j);
+      const int64_t passes = share[j] / have[j], rest = share[j] % have[j];
+      for (int64_t p = 0; p < passes; ++p)
+        for (size_t i : mine[j]) take(i, manifest.shards[i].nsamples, node);
+      if (rest == 0) continue;
+      // The rest: whole shards in a seeded order, the last one in part.
+      std::vector<size_t> order = mine[j];
+      internal::Xoshiro256 rng(internal::DeriveSeed(opt.seed, internal::Domain::kMix,
+                                                    static_cast<uint64_t>(e), k,
+                                                    nodes == 1 ? 0 : j + 1));
+      internal::FisherYates(order.data(), order.size(), rng);
+      int64_t left = rest;
+      for (size_t i : order) {
+        if (left == 0) break;
+        const int64_t n = std::min(left, manifest.shards[i].nsamples);
+        if (n > 0) take(i, n, node);
+        left -= n;
+      }
     }
   }
   return Status::OK();
@@ -343,7 +384,14 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
   }
   // An eval-mode epoch is laid out in another order: its states name it, so
   // a train loader refuses them (and the other way round).
-  if (mixing()) SHARDSTREAM_RETURN_IF_ERROR(LayOutStreams(e));
+  // A mixed epoch is laid out for its nodes: a resumed one as it was saved.
+  const int64_t nodes = resume != nullptr ? resume->nodes
+                        : opt.node_local ? opt.world_size / std::max(1, opt.local_world_size)
+                                         : 1;
+  if (mixing()) {
+    SHARDSTREAM_RETURN_IF_ERROR(LayOutStreams(e, std::max<int64_t>(1, nodes)));
+    if (nodes > 1) po.node_of = epoch_node;
+  }
   const std::vector<ShardEntry>& list = mixing() ? epoch_shards : manifest.shards;
   std::vector<int64_t> counts(list.size());
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = list[i].nsamples;
@@ -420,7 +468,6 @@ namespace {
 Status ValidateStreams(const LoaderOptions& o) {
   if (!o.manifest.empty() || !o.inputs.empty())
     return Status::Config("loader: give the data as streams or as manifest/inputs, not both");
-  if (o.node_local) return Status::Config("loader: node_local does not mix streams yet");
   if (o.mode == LoaderMode::kEval) return Status::Config("loader: eval mode does not mix streams");
   const bool weighted = o.streams.front().weight >= 0;
   for (size_t k = 0; k < o.streams.size(); ++k) {

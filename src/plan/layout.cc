@@ -46,8 +46,15 @@ std::vector<std::vector<uint32_t>> AssignNodes(const std::vector<int64_t>& count
 }
 
 std::vector<Segment> BuildSegments(const std::vector<int64_t>& counts, uint64_t seed,
-                                   int64_t epoch, int64_t nodes, bool in_order) {
-  std::vector<std::vector<uint32_t>> assigned = AssignNodes(counts, seed, nodes);
+                                   int64_t epoch, int64_t nodes, bool in_order,
+                                   const std::vector<uint32_t>& node_of) {
+  std::vector<std::vector<uint32_t>> assigned;
+  if (node_of.empty()) {
+    assigned = AssignNodes(counts, seed, nodes);
+  } else {
+    assigned.resize(static_cast<size_t>(nodes));
+    for (size_t s = 0; s < node_of.size(); ++s) assigned[node_of[s]].push_back(static_cast<uint32_t>(s));
+  }
   std::vector<Segment> segments(assigned.size());
   for (size_t j = 0; j < assigned.size(); ++j) {
     Segment& seg = segments[j];

@@ -25,10 +25,12 @@ std::vector<std::vector<uint32_t>> AssignNodes(const std::vector<int64_t>& count
                                                int64_t nodes);
 
 // The epoch's segments: node j's shards (all shards when nodes == 1) shuffled
-// by Fisher-Yates with DeriveSeed(seed, kShardOrder, epoch, j).
+// by Fisher-Yates with DeriveSeed(seed, kShardOrder, epoch, j). A non-empty
+// `node_of` gives each shard's node instead of AssignNodes.
+// REQUIRES: node_of empty, or one value < nodes per shard.
 std::vector<Segment> BuildSegments(const std::vector<int64_t>& counts, uint64_t seed,
-                                   int64_t epoch, int64_t nodes,
-                                   bool in_order = false);
+                                   int64_t epoch, int64_t nodes, bool in_order = false,
+                                   const std::vector<uint32_t>& node_of = {});
 
 // Appends the ranges of positions [a, b) to `out`. Segment j holds positions
 // [j * segment_length, (j + 1) * segment_length); position q within it is

@@ -56,6 +56,19 @@ Status CheckOptions(const PlanOptions& o) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return a == 0 ? 0 : (a - 1) / b + 1; }
 
+// A caller's node_of must name a node for every shard.
+Status CheckNodeOf(const PlanOptions& o, size_t shards, int64_t nodes) {
+  if (o.node_of.empty()) return Status::OK();
+  if (o.node_of.size() != shards)
+    return Status::Config("plan: node_of names " + std::to_string(o.node_of.size()) +
+                          " shards, the list has " + std::to_string(shards));
+  for (uint32_t v : o.node_of)
+    if (v >= nodes)
+      return Status::Config("plan: node_of names node " + std::to_string(v) + " of " +
+                            std::to_string(nodes));
+  return Status::OK();
+}
+
 }  // namespace
 
 void EpochPlan::Impl::EmitTodo(int64_t x, int64_t y, bool repeat,
@@ -129,8 +142,9 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
         return Status::Config("plan: the resume state's delivered interval [" +
                               std::to_string(a) + ", " + std::to_string(b) +
                               ") is outside its epoch");
+    SHARDSTREAM_RETURN_IF_ERROR(CheckNodeOf(options, nsamples.size(), resume->nodes));
     impl->segments = internal::BuildSegments(*counts, options.seed, options.epoch, resume->nodes,
-                                             options.in_order);
+                                             options.in_order, options.node_of);
     impl->segment_length = resume->segment_length;
     for (const auto& seg : impl->segments)
       if (seg.samples() == 0 && impl->segment_length > 0)
@@ -148,8 +162,9 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
   } else {
     const int64_t nodes = options.node_local ? options.world_size / options.local_world_size : 1;
     const int64_t per_node = consumers / nodes;
+    SHARDSTREAM_RETURN_IF_ERROR(CheckNodeOf(options, nsamples.size(), nodes));
     impl->segments = internal::BuildSegments(*counts, options.seed, options.epoch, nodes,
-                                             options.in_order);
+                                             options.in_order, options.node_of);
     if (spread) {
       impl->segment_length = impl->segments[0].samples();  // one node (CheckOptions)
     } else {

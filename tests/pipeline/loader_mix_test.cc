@@ -211,6 +211,117 @@ TEST(LoaderMixTest, PackedTokensFromMixedStreamsEqualOnEveryConsumer) {
   EXPECT_GT(*counts.begin(), 0);
 }
 
+// Every consumer of an epoch: its keys and the shard urls it read.
+struct Read {
+  std::vector<std::string> keys;
+  std::set<std::string> urls;
+};
+Read ReadAll(Loader* l, int64_t max_batches = -1) {
+  Read out;
+  for (int64_t n = 0; max_batches < 0 || n < max_batches; ++n) {
+    auto b = l->next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok() || b->empty()) break;
+    for (int64_t r = 0; r < b->num_samples(); ++r) {
+      out.keys.emplace_back(b->key(r));
+      out.urls.insert(b->url(r));
+    }
+  }
+  return out;
+}
+
+TEST(LoaderMixTest, NodeLocalKeepsEachStreamsShardsOnTheirNodesEveryEpoch) {
+  TempDir dir;
+  Sets s{WriteStream(dir.path() + "/a", "a", 200, 25), WriteStream(dir.path() + "/b", "b", 80, 20)};
+  LoaderOptions base = Mix(s, 3, 1);
+  base.epoch_size = 240;  // a: 180 of its 200, b: 60 of its 80
+  base.world_size = 4;
+  base.node_local = true;
+  base.local_world_size = 2;  // ranks 0-1 are node 0, ranks 2-3 node 1
+  std::set<std::string> node_urls[2];
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<std::string> all;
+    int64_t per_rank = -1;
+    for (int r = 0; r < 4; ++r) {
+      LoaderOptions o = base;
+      o.rank = r;
+      o.epoch = epoch;
+      auto l = Loader::Create(o);
+      ASSERT_TRUE(l.ok()) << l.status();
+      Read got = ReadAll(l->get());
+      if (per_rank < 0) per_rank = static_cast<int64_t>(got.keys.size());
+      EXPECT_EQ(static_cast<int64_t>(got.keys.size()), per_rank) << "rank " << r;
+      EXPECT_EQ((*l)->samples_per_epoch(), per_rank);
+      all.insert(all.end(), got.keys.begin(), got.keys.end());
+      node_urls[r / 2].insert(got.urls.begin(), got.urls.end());
+    }
+    // Within each stream's share: every sample at most once (the shares are
+    // below one pass), nearly all of the share (the remainder that does not
+    // divide between the nodes' ranks is dropped).
+    int a = 0, b = 0;
+    for (const auto& [k, n] : Count(all)) {
+      EXPECT_EQ(n, 1) << k << " in epoch " << epoch;
+      (k[0] == 'a' ? a : b) += n;
+    }
+    EXPECT_GE(a, 180 - 8) << "epoch " << epoch;
+    EXPECT_LE(a, 180);
+    EXPECT_GE(b, 60 - 8) << "epoch " << epoch;
+    EXPECT_LE(b, 60);
+  }
+  // A shard belongs to one node in every epoch, and each node reads both streams.
+  for (const std::string& u : node_urls[0]) EXPECT_EQ(node_urls[1].count(u), 0u) << u;
+  for (const auto& urls : node_urls) {
+    bool has_a = false, has_b = false;
+    for (const std::string& u : urls) (u.find("/a/") != std::string::npos ? has_a : has_b) = true;
+    EXPECT_TRUE(has_a && has_b);
+  }
+  EXPECT_EQ(node_urls[0].size() + node_urls[1].size(), 8u + 4u);
+}
+
+TEST(LoaderMixTest, NodeLocalMixResumesExactlyOnAnotherWorldSize) {
+  TempDir dir;
+  Sets s{WriteStream(dir.path() + "/a", "a", 200, 25), WriteStream(dir.path() + "/b", "b", 80, 20)};
+  LoaderOptions base = Mix(s, 3, 1);
+  base.epoch_size = 240;
+  base.node_local = true;
+  base.local_world_size = 2;
+  base.world_size = 4;
+  std::vector<std::string> full;
+  for (int r = 0; r < 4; ++r) {
+    LoaderOptions o = base;
+    o.rank = r;
+    auto k = ReadAll(Loader::Create(o)->get()).keys;
+    full.insert(full.end(), k.begin(), k.end());
+  }
+  std::vector<LoaderState> states;
+  std::vector<std::string> seen;
+  for (int r = 0; r < 4; ++r) {
+    LoaderOptions o = base;
+    o.rank = r;
+    auto l = Loader::Create(o);
+    auto k = ReadAll(l->get(), 2).keys;
+    seen.insert(seen.end(), k.begin(), k.end());
+    states.push_back(*(*l)->state());
+  }
+  auto merged = MergeLoaderStates(states);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  // One node of two ranks now.
+  std::vector<std::string> rest;
+  for (int r = 0; r < 2; ++r) {
+    LoaderOptions o = base;
+    o.world_size = 2;
+    o.rank = r;
+    auto l = Loader::Create(o);
+    ASSERT_TRUE(l.ok()) << l.status();
+    ASSERT_TRUE((*l)->restore(*merged).ok());
+    auto k = ReadAll(l->get()).keys;
+    rest.insert(rest.end(), k.begin(), k.end());
+  }
+  auto all = seen;
+  all.insert(all.end(), rest.begin(), rest.end());
+  EXPECT_EQ(Count(all), Count(full));
+}
+
 TEST(LoaderMixTest, BadStreamOptionsAreConfigErrors) {
   TempDir dir;
   Sets s = WriteSets(dir);
@@ -230,8 +341,9 @@ TEST(LoaderMixTest, BadStreamOptionsAreConfigErrors) {
   fails(o, "not both");
   o = Mix(s, 1, 1);
   o.node_local = true;
-  o.local_world_size = 1;
-  fails(o, "node_local");
+  o.world_size = 4;
+  o.local_world_size = 3;
+  fails(o, "local_world_size");
   o = Mix(s, -1, -1);
   o.epoch_size = 10;
   fails(o, "epoch_size");

@@ -1,13 +1,16 @@
 """Two nodes on loopback, launched as users launch them: `torchrun --nnodes 2
 --nproc-per-node 2` twice (c10d rendezvous on 127.0.0.1), one cache directory
-per node, token shards of uneven documents served over HTTP by the test
-server, examples/train_multinode.py training a small model with DDP. The job
-is interrupted after a few steps (a checkpoint of model, optimizer and every
-rank's data state) and relaunched: every rank ends every epoch together (a
-hang fails by the timeout), no document is trained on twice in an epoch across
-the interruption, and from the second epoch on each node reads only complete entries of its
-cache (nothing downloaded)."""
+per node, two token data sets of uneven documents served over HTTP by the test
+server and mixed by weight (a web set read once an epoch, a code set of half
+its size twice), examples/train_multinode.py training a small model with DDP.
+The job is interrupted after a few steps (a checkpoint of model, optimizer and
+every rank's data state) and relaunched: every rank ends every epoch together
+(a hang fails by the timeout), no document is trained on more often in an
+epoch than its data set's share asks, across the interruption, and from the
+second epoch on each node reads only complete entries of its cache (nothing
+downloaded)."""
 
+import collections
 import json
 import os
 import subprocess
@@ -26,21 +29,26 @@ SCRIPT = os.path.join(ROOT, "examples", "train_multinode.py")
 
 
 
+WEB, CODE = 16 * 40, 8 * 40  # documents
+
+
 @pytest.fixture
 def served(tmp_path):
     root = tmp_path / "www"
     rng = np.random.default_rng(0)
-    with shardstream.ShardWriter(str(root), max_samples=40, write_index=True) as w:
-        for i in range(16 * 40):
-            n = int(rng.integers(5, 120))
-            w.write({"__key__": f"d{i:05d}",
-                     "tokens.npy": ((np.arange(n) * 7 + i) % 96 + 1).astype(np.int32)})
+    for name, prefix, n in (("web", "w", WEB), ("code", "c", CODE)):
+        with shardstream.ShardWriter(str(root / name), max_samples=40, write_index=True) as w:
+            for i in range(n):
+                k = int(rng.integers(5, 120))
+                w.write({"__key__": f"{prefix}{i:05d}",
+                         "tokens.npy": ((np.arange(k) * 7 + i) % 96 + 1).astype(np.int32)})
     log = tmp_path / "requests.jsonl"
     proc = subprocess.Popen([sys.executable, SERVER, "--root", str(root), "--log", str(log)],
                             stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline().split()[1])
-        yield f"http://127.0.0.1:{port}/manifest.jsonl"
+        yield [f"http://127.0.0.1:{port}/web/manifest.jsonl",
+               f"http://127.0.0.1:{port}/code/manifest.jsonl"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -55,7 +63,8 @@ def launch(url, tmp_path, phase, stop_after=0):
                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"job-{phase}",
                "--rdzv-conf", f"is_host={'true' if node == 0 else 'false'}",
                "--local-addr", "127.0.0.1", "--max-restarts", "0",
-               SCRIPT, "--data", url, "--cache-dir", str(tmp_path / f"node{node}-cache"),
+               SCRIPT, "--data", url[0], "--weight", "0.5", "--data", url[1], "--weight", "0.5",
+               "--epoch-size", str(2 * WEB), "--cache-dir", str(tmp_path / f"node{node}-cache"),
                "--cache-limit", "1GB", "--ckpt", str(tmp_path / "ckpt"),
                "--out", str(tmp_path / phase)]
         if stop_after:
@@ -95,8 +104,14 @@ def test_two_nodes_train_resume_and_serve_later_epochs_from_their_caches(served,
                 per_epoch.setdefault(entry["epoch"], []).extend(entry["keys"])
     assert set(per_epoch) == {0, 1}
     for epoch, keys in per_epoch.items():
-        assert len(keys) == len(set(keys)), f"epoch {epoch}: a document trained on twice"
-        assert len(keys) > 0.8 * 16 * 40, f"epoch {epoch}: {len(keys)} documents"
+        # Each set's share is 640 documents: the web set once, the code set twice.
+        times = collections.Counter(keys)
+        web = [k for k in keys if k[0] == "w"]
+        code = [k for k in keys if k[0] == "c"]
+        assert max(times[k] for k in web) == 1, f"epoch {epoch}: a web document twice"
+        assert max(times[k] for k in code) <= 2, f"epoch {epoch}: a code document 3 times"
+        assert len(web) > 0.8 * WEB and len(code) > 0.8 * 2 * CODE, \
+            f"epoch {epoch}: {len(web)} web and {len(code)} code documents"
     # Epoch 1 comes from each node's own cache: every shard a rank opens is
     # a complete entry there (nothing downloaded).
     ends = [e for r in second for e in r["seen"] if e.get("epoch") == 1 and "cache_opens" in e]
