@@ -57,6 +57,14 @@ TEST(AwsConfigFileTest, ProfilesNestedKeysAndServicesSections) {
     EXPECT_EQ(internal::ConfiguredEndpoint(files, "local", "sts"), "http://ignored");
   }
   {
+    // botocore's order: the service's variable, the services section, the
+    // global variable, the profile's endpoint_url.
+    ScopedAwsEnv more({{"AWS_ENDPOINT_URL", "http://env-global"}});
+    EXPECT_EQ(internal::ConfiguredEndpoint(files, "local", "s3"), "http://127.0.0.1:9000");
+    EXPECT_EQ(internal::ConfiguredEndpoint(files, "local", "sts"), "http://env-global");
+    EXPECT_EQ(internal::ConfiguredEndpoint(files, "gcs", "s3"), "http://env-global");
+  }
+  {
     ScopedAwsEnv more({{"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"}});
     EXPECT_EQ(internal::ConfiguredEndpoint(files, "gcs", "s3"), "");
   }
@@ -92,19 +100,26 @@ TEST(AwsTimeTest, Iso8601WithZoneFractionAndOffset) {
   EXPECT_EQ(internal::ParseIso8601Time("2026-11-25T21:30:00.123456Z"), base);
   EXPECT_EQ(internal::ParseIso8601Time("2026-11-25T22:30:00+01:00"), base);
   EXPECT_EQ(internal::ParseIso8601Time("2026-11-25T20:30:00-01:00"), base);
+  EXPECT_EQ(internal::ParseIso8601Time("2026-11-25T22:30:00+0100"), base);
+  EXPECT_EQ(internal::ParseIso8601Time("2026-11-25 21:30:00Z"), base);
+  // Past what the clock holds: never expires (no overflow).
+  EXPECT_EQ(internal::ParseIso8601Time("9999-12-31T23:59:59Z"),
+            std::chrono::system_clock::time_point::max());
   EXPECT_FALSE(internal::ParseIso8601Time("tomorrow"));
+  EXPECT_FALSE(internal::ParseIso8601Time("2026-11-25T21:30:00+1"));
   EXPECT_FALSE(internal::ParseIso8601Time("2026-11-25T21:30:00 PST"));
   EXPECT_EQ(internal::FormatIso8601(*base), "2026-11-25T21:30:00Z");
 }
 
 TEST(AwsCredentialJsonTest, MalformedResponsesNameTheFieldNeverTheBody) {
-  auto bad = internal::CredentialsFromJson("{\"AccessKeyId\": \"AK\", \"Secret", "test source",
-                                           false);
+  auto bad = internal::CredentialsFromJson(
+      "{\"AccessKeyId\": \"AKIDX\", \"SecretAccessKey\": \"topsecret", "test source", false);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kAuth);
   EXPECT_NE(bad.status().message().find("test source: the response is not JSON"),
             std::string::npos) << bad.status();
-  EXPECT_EQ(bad.status().message().find("AK"), std::string::npos);
+  EXPECT_EQ(bad.status().message().find("topsecret"), std::string::npos);
+  EXPECT_EQ(bad.status().message().find("AKIDX"), std::string::npos);
   auto missing = internal::CredentialsFromJson("{\"AccessKeyId\": \"AK\", \"Token\": \"t\"}",
                                                "test source", false);
   EXPECT_NE(missing.status().message().find("has no SecretAccessKey"), std::string::npos);
@@ -133,6 +148,9 @@ TEST(AwsContainerUrlTest, RelativeAndFullUrisAsTheSdksAllowThem) {
   EXPECT_EQ(*internal::ContainerCredentialsUrl("", "https://creds.example.com/x"),
             "https://creds.example.com/x");
   EXPECT_EQ(*internal::ContainerCredentialsUrl("", ""), "");
+  EXPECT_EQ(internal::ContainerCredentialsUrl("", "http://127.0.0.1.nip.io/creds").status().code(),
+            StatusCode::kConfig);  // a name, not a loopback address
+  EXPECT_EQ(*internal::ContainerCredentialsUrl("", "http://127.8.9.10:80/c"), "http://127.8.9.10:80/c");
   auto refused = internal::ContainerCredentialsUrl("", "http://10.0.0.5/creds");
   EXPECT_EQ(refused.status().code(), StatusCode::kConfig);
   EXPECT_NE(refused.status().message().find("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
@@ -240,20 +258,20 @@ std::string CountingProcess(const TempDir& dir, int lifetime, int fail_from = 0)
 
 TEST(AwsCredentialProcessTest, ProcessCredentialsAreRefreshedBeforeTheyExpire) {
   TempDir dir;
-  WriteFile(dir.Join("config"), "[default]\ncredential_process = " + CountingProcess(dir, 4) + "\n");
+  WriteFile(dir.Join("config"), "[default]\ncredential_process = " + CountingProcess(dir, 10) + "\n");
   ScopedAwsEnv env({{"AWS_CONFIG_FILE", dir.Join("config")},
                     {"AWS_SHARED_CREDENTIALS_FILE", dir.Join("none")}});
   internal::ScopedLogCapture log;
   AwsCredentialOptions o;
-  o.refresh_before_s = 2.5;
+  o.refresh_before_s = 4;
   o.required_before_s = 1;
   auto chain = DefaultAwsCredentialChain(o);
   auto first = chain->Get();
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->access_key, "AKPROC1");
   EXPECT_EQ(first->source, "credential_process of profile 'default'");
-  EXPECT_EQ(chain->Get()->access_key, "AKPROC1");  // cached: 4 s left, refresh from 2.5 s
-  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  EXPECT_EQ(chain->Get()->access_key, "AKPROC1");  // cached: 9-10 s left, refresh from 4 s
+  std::this_thread::sleep_for(std::chrono::milliseconds(7000));  // 2-3 s left
   EXPECT_EQ(chain->Get()->access_key, "AKPROC2");
   EXPECT_EQ(chain->Get()->access_key, "AKPROC2");
   std::string text = log.Text();
@@ -265,22 +283,27 @@ TEST(AwsCredentialProcessTest, ProcessCredentialsAreRefreshedBeforeTheyExpire) {
 TEST(AwsCredentialProcessTest, AFailedRefreshKeepsValidCredentialsThenFails) {
   TempDir dir;
   WriteFile(dir.Join("config"),
-            "[default]\ncredential_process = " + CountingProcess(dir, 4, 2) + "\n");
+            "[default]\ncredential_process = " + CountingProcess(dir, 20, 2) + "\n");
   ScopedAwsEnv env({{"AWS_CONFIG_FILE", dir.Join("config")},
                     {"AWS_SHARED_CREDENTIALS_FILE", dir.Join("none")}});
   internal::ScopedLogCapture log;
   AwsCredentialOptions o;
-  o.refresh_before_s = 3.5;
-  o.required_before_s = 2;
+  o.refresh_before_s = 8;
+  o.required_before_s = 4;
   auto chain = DefaultAwsCredentialChain(o);
-  ASSERT_EQ(chain->Get()->access_key, "AKPROC1");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  // In the advisory window: the refresh fails, the current keys are kept.
+  ASSERT_EQ(chain->Get()->access_key, "AKPROC1");  // expires in 19-20 s
+  std::this_thread::sleep_for(std::chrono::milliseconds(14000));
+  // In the advisory window (5-6 s left): the refresh fails, the current keys
+  // are kept, and the next call within 5 s does not try again.
   auto kept = chain->Get();
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->access_key, "AKPROC1");
   EXPECT_NE(log.Text().find("keeping the current ones"), std::string::npos);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(chain->Get()->access_key, "AKPROC1");
+  std::string runs;
+  ASSERT_EQ(testing::RunCommand("cat " + dir.Join("n"), &runs), 0);
+  EXPECT_EQ(std::stoi(runs), 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // 1.5-2.5 s left
   // In the mandatory window: the failure is the caller's.
   auto failed = chain->Get();
   ASSERT_FALSE(failed.ok());
@@ -345,6 +368,37 @@ TEST(AwsWebIdentityTest, TokenFileWithoutRoleOrUnreadableIsAnErrorNamingIt) {
   WriteFile(dir.Join("token"), "\n");
   s = DefaultAwsCredentialChain()->Get().status();
   EXPECT_NE(s.message().find("the token file is empty"), std::string::npos) << s;
+}
+
+TEST(AwsProfileCredentialsTest, SettingsInTheCredentialsFileCountAndInteractiveProfilesAreRefused) {
+  TempDir dir;
+  WriteFile(dir.Join("config"),
+            "[profile dev]\nsso_session = corp\nsso_account_id = 1\n"
+            "[profile mfa]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = keys\n"
+            "mfa_serial = arn:aws:iam::1:mfa/me\n");
+  // role_arn in the credentials file, as the AWS CLI accepts it.
+  WriteFile(dir.Join("credentials"),
+            "[keys]\naws_access_key_id = AK\naws_secret_access_key = S\n"
+            "[creds-role]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = ghost\n"
+            "[creds-region]\naws_access_key_id = AK2\naws_secret_access_key = S2\n"
+            "region = eu-north-1\n");
+  ScopedAwsEnv env({{"AWS_CONFIG_FILE", dir.Join("config")},
+                    {"AWS_SHARED_CREDENTIALS_FILE", dir.Join("credentials")}});
+  auto get = [](const std::string& profile) {
+    AwsCredentialOptions o;
+    o.profile = profile;
+    return DefaultAwsCredentialChain(o)->Get().status();
+  };
+  Status s = get("dev");
+  EXPECT_EQ(s.code(), StatusCode::kConfig);
+  EXPECT_NE(s.message().find("uses IAM Identity Center (SSO)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("aws configure export-credentials --profile dev"), std::string::npos);
+  s = get("mfa");
+  EXPECT_NE(s.message().find("mfa_serial"), std::string::npos) << s;
+  s = get("creds-role");  // seen: the role is tried, and its source is missing
+  EXPECT_NE(s.message().find("source_profile 'ghost' is in neither"), std::string::npos) << s;
+  auto files = internal::AwsSharedFiles::Load();
+  EXPECT_EQ(internal::ConfiguredRegion(files, "creds-region"), "eu-north-1");
 }
 
 }  // namespace

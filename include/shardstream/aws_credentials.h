@@ -23,16 +23,20 @@
 // The first source that applies supplies the credentials from then on. A source
 // that applies but fails is an error (kAuth, or kUnavailable where a retry may
 // help) naming the source, the variable, file, profile or url, never a secret,
-// except instance metadata, after which the chain ends as the SDKs' does. Temporary credentials are
-// refreshed before they expire: from `refresh_before_s` ahead a failed refresh
-// keeps the current ones (logged), from `required_before_s` ahead it is an
-// error. STS is reached at AWS_ENDPOINT_URL_STS, else the profile's
-// endpoint_url (or its `services` section), else AWS_ENDPOINT_URL, else
-// https://sts.<region>.amazonaws.com. A debug log line names the source that
-// supplied credentials (SHARDSTREAM_LOG_LEVEL=debug), never the secret.
+// except instance metadata, after which the chain ends as the SDKs' does.
+// Profiles for IAM Identity Center (SSO) and roles with mfa_serial are
+// configuration errors: they need a person at a prompt. Temporary
+// credentials are refreshed before they expire (AwsCredentialOptions).
+// Settings of a profile in the credentials file count as if in the config
+// file (botocore merges them). STS is reached at AWS_ENDPOINT_URL_STS, else
+// the profile's services section, else AWS_ENDPOINT_URL, else the profile's
+// endpoint_url, else https://sts.<region>.amazonaws.com (.com.cn in China);
+// its throttling is retried. A debug log line names the source that supplied
+// credentials (SHARDSTREAM_LOG_LEVEL=debug), never the secret.
 //
 // Thread-safety: a provider may be used from many threads; one refresh runs at
-// a time and the others wait for it.
+// a time, and others wait for it only when their credentials are about to
+// expire (see AwsCredentialOptions).
 #ifndef SHARDSTREAM_AWS_CREDENTIALS_H_
 #define SHARDSTREAM_AWS_CREDENTIALS_H_
 
@@ -74,13 +78,16 @@ struct AwsCredentialOptions {
   // region, else "us-east-1".
   std::string region;
   // Instance metadata and container credential requests: time allowed for
-  // each attempt, and attempts. Default: AWS_METADATA_SERVICE_TIMEOUT, else 1 s
-  // for instance metadata and 2 s for containers; AWS_METADATA_SERVICE_NUM_ATTEMPTS,
-  // else 1 for instance metadata and 3 for containers.
+  // each attempt, and attempts. Default: for instance metadata
+  // AWS_METADATA_SERVICE_TIMEOUT, else 1 s, and AWS_METADATA_SERVICE_NUM_ATTEMPTS,
+  // else 1; for containers 2 s and 3 attempts (as botocore).
   std::optional<double> metadata_timeout_s;
   std::optional<int> metadata_attempts;
-  // A refresh is tried this long before expiry; a failure keeps the old
-  // credentials until `required_before_s` before expiry, then is an error.
+  // A refresh is tried this long before expiry, by one thread while the
+  // others go on (advisory); a failure keeps the old credentials until
+  // `required_before_s` before expiry, from when every caller waits for the
+  // refresh and a failure is an error (mandatory). Credentials that live
+  // less than the advisory window get half and a quarter of their lifetime.
   // Default: 900 s and 600 s (botocore's advisory and mandatory windows).
   double refresh_before_s = 900;
   double required_before_s = 600;

@@ -23,6 +23,7 @@
 #define EXCLUDES(...) SHARDSTREAM_TSA(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) SHARDSTREAM_TSA(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) SHARDSTREAM_TSA(release_capability(__VA_ARGS__))
+#define TRY_ACQUIRE(...) SHARDSTREAM_TSA(try_acquire_capability(__VA_ARGS__))
 #define NO_THREAD_SAFETY_ANALYSIS SHARDSTREAM_TSA(no_thread_safety_analysis)
 
 namespace shardstream::internal {
@@ -34,6 +35,7 @@ class SHARDSTREAM_CAPABILITY("mutex") Mutex {
   Mutex& operator=(const Mutex&) = delete;
   void Lock() ACQUIRE() { mu_.lock(); }
   void Unlock() RELEASE() { mu_.unlock(); }
+  bool TryLock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
 
  private:
   friend class CondVar;

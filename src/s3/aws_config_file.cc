@@ -82,12 +82,29 @@ std::map<std::string, IniSection> ParseIni(const std::string& text) {
   return out;
 }
 
+std::string AwsSharedFiles::ConfigPath() { return HomeFile("AWS_CONFIG_FILE", ".aws/config"); }
+std::string AwsSharedFiles::CredentialsPath() {
+  return HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+}
+
 AwsSharedFiles AwsSharedFiles::Load() {
   AwsSharedFiles f;
-  f.config_path = HomeFile("AWS_CONFIG_FILE", ".aws/config");
-  f.credentials_path = HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+  f.config_path = ConfigPath();
+  f.credentials_path = CredentialsPath();
   f.config = ParseIni(ReadText(f.config_path));
   f.credentials = ParseIni(ReadText(f.credentials_path));
+  for (const auto& [name, section] : f.config) {
+    if (name == "default") {
+      f.profiles["default"].insert(section.begin(), section.end());
+    } else if (name.rfind("profile ", 0) == 0) {
+      IniSection& into = f.profiles[name.substr(8)];
+      for (const auto& [k, v] : section) into[k] = v;
+    }
+  }
+  for (const auto& [name, section] : f.credentials) {
+    IniSection& into = f.profiles[name];
+    for (const auto& [k, v] : section) into[k] = v;
+  }
   return f;
 }
 
@@ -107,23 +124,20 @@ const IniSection* AwsSharedFiles::CredentialsProfile(const std::string& profile)
 }
 
 std::string AwsSharedFiles::ConfigValue(const std::string& profile, const std::string& key) const {
-  const IniSection* s = ConfigProfile(profile);
-  if (!s) return {};
-  auto it = s->find(key);
-  return it == s->end() ? std::string() : it->second;
+  auto p = profiles.find(profile);
+  if (p == profiles.end()) return {};
+  auto it = p->second.find(key);
+  return it == p->second.end() ? std::string() : it->second;
 }
 
-std::string AwsSharedFiles::ServiceEndpoint(const std::string& profile,
-                                            const std::string& service) const {
+std::string AwsSharedFiles::ServicesEndpoint(const std::string& profile,
+                                             const std::string& service) const {
   std::string services = ConfigValue(profile, "services");
-  if (!services.empty()) {
-    auto it = config.find("services " + services);
-    if (it != config.end()) {
-      auto ep = it->second.find(service + ".endpoint_url");
-      if (ep != it->second.end() && !ep->second.empty()) return ep->second;
-    }
-  }
-  return ConfigValue(profile, "endpoint_url");
+  if (services.empty()) return {};
+  auto it = config.find("services " + services);
+  if (it == config.end()) return {};
+  auto ep = it->second.find(service + ".endpoint_url");
+  return ep == it->second.end() ? std::string() : ep->second;
 }
 
 std::string ConfiguredEndpoint(const AwsSharedFiles& files, const std::string& profile,
@@ -133,8 +147,9 @@ std::string ConfiguredEndpoint(const AwsSharedFiles& files, const std::string& p
   std::transform(upper.begin(), upper.end(), upper.begin(),
                  [](unsigned char c) { return std::toupper(c); });
   std::string v = EnvVar(("AWS_ENDPOINT_URL_" + upper).c_str());
+  if (v.empty()) v = files.ServicesEndpoint(profile, service);
   if (v.empty()) v = EnvVar("AWS_ENDPOINT_URL");
-  if (v.empty()) v = files.ServiceEndpoint(profile, service);
+  if (v.empty()) v = files.ConfigValue(profile, "endpoint_url");
   return NoTrailingSlash(v);
 }
 

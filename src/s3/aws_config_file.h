@@ -26,6 +26,9 @@ struct SHARDSTREAM_EXPORT AwsSharedFiles {
   std::string credentials_path;  // AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials
   std::map<std::string, IniSection> config;       // raw section names
   std::map<std::string, IniSection> credentials;  // raw section names
+  // Each profile's settings by profile name: its config section with its
+  // credentials section over it, as botocore merges them.
+  std::map<std::string, IniSection> profiles;
 
   // Reads both files; a missing file is empty.
   static AwsSharedFiles Load();
@@ -35,17 +38,21 @@ struct SHARDSTREAM_EXPORT AwsSharedFiles {
   const IniSection* ConfigProfile(const std::string& profile) const;
   // The profile's section of the credentials file, or nullptr.
   const IniSection* CredentialsProfile(const std::string& profile) const;
-  // A key of the profile's config section, or "".
+  // A setting of the profile (credentials file over config file), or "".
   std::string ConfigValue(const std::string& profile, const std::string& key) const;
-  // The endpoint configured for a service ("s3", "sts") in the profile:
-  // its services section's "<service>.endpoint_url", else its endpoint_url.
-  // "" when neither is set.
-  std::string ServiceEndpoint(const std::string& profile, const std::string& service) const;
+  bool HasProfile(const std::string& profile) const { return profiles.count(profile) > 0; }
+  // The endpoint its services section gives a service ("s3", "sts"), or "".
+  std::string ServicesEndpoint(const std::string& profile, const std::string& service) const;
+
+  // AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE, else the file under ~/.aws.
+  static std::string ConfigPath();
+  static std::string CredentialsPath();
 };
 
 // The endpoint for `service` as the SDKs choose it: AWS_ENDPOINT_URL_<SERVICE>,
-// AWS_ENDPOINT_URL, then the profile's configuration; "" when none (or when
-// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true). Trailing '/' removed.
+// the profile's services section, AWS_ENDPOINT_URL, the profile's
+// endpoint_url; "" when none (or when AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is
+// true). Trailing '/' removed.
 SHARDSTREAM_EXPORT std::string ConfiguredEndpoint(const AwsSharedFiles& files, const std::string& profile,
                                const std::string& service);
 
@@ -54,7 +61,7 @@ std::string DefaultProfileName();
 
 // The region: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else
 // "us-east-1".
-std::string ConfiguredRegion(const AwsSharedFiles& files, const std::string& profile);
+SHARDSTREAM_EXPORT std::string ConfiguredRegion(const AwsSharedFiles& files, const std::string& profile);
 
 }  // namespace shardstream::internal
 

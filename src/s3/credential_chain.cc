@@ -30,8 +30,14 @@ bool IsTrue(std::string v) {
   return v == "true";
 }
 
-// Caches what `fetch` returns; fetches again from `refresh_before` ahead of
-// expiry, keeping the old credentials on failure until `required_before`.
+// Caches what `fetch` returns and fetches again before expiry, as botocore's
+// RefreshableCredentials: from `refresh_before` ahead (advisory) one thread
+// refreshes while the others go on with the current credentials, and a
+// failure keeps them (tried again at most every kRetryAdvisory); from
+// `required_before` ahead (mandatory) every caller waits for the refresh and
+// a failure is its error. Credentials that live less than the advisory
+// window get windows of half and a quarter of their lifetime, so short-lived
+// ones are not fetched again at every call.
 class RefreshingProvider final : public AwsCredentialProvider {
  public:
   RefreshingProvider(std::string source, Fetch fetch, double refresh_before,
@@ -42,36 +48,77 @@ class RefreshingProvider final : public AwsCredentialProvider {
         required_before_(Seconds(std::min(required_before, refresh_before))) {}
 
   Result<AwsCredentials> Get() override {
-    MutexLock lock(&mu_);
     const auto now = Clock::now();
-    if (current_ && (!current_->expiration || now < *current_->expiration - refresh_before_)) {
-      return *current_;
+    std::optional<AwsCredentials> kept;
+    {
+      MutexLock lock(&state_mu_);
+      if (current_ && (!current_->expiration || now < advisory_at_)) return *current_;
+      if (current_ && now < mandatory_at_) {
+        if (now < next_advisory_) return *current_;
+        kept = current_;
+      }
     }
-    Result<AwsCredentials> fresh = fetch_();
-    if (fresh.ok()) {
-      fresh->source = source_;
-      Log().debug("AWS credentials from {}{}", source_,
-                  fresh->expiration ? ", valid until " + FormatIso8601(*fresh->expiration)
-                                    : std::string());
-      current_ = *fresh;
-      return fresh;
-    }
-    if (current_ && now < *current_->expiration - required_before_) {
+    if (kept) {
+      // Advisory: one thread refreshes, nobody waits for it.
+      if (!refresh_mu_.TryLock()) return *kept;
+      {
+        MutexLock lock(&state_mu_);
+        next_advisory_ = now + kRetryAdvisory;
+      }
+      Result<AwsCredentials> fresh = Refresh();
+      refresh_mu_.Unlock();
+      if (fresh.ok()) return fresh;
       Log().warn("refreshing AWS credentials from {} failed; keeping the current ones, valid "
                  "until {}: {}",
-                 source_, FormatIso8601(*current_->expiration), fresh.status().ToString());
-      return *current_;
+                 source_, FormatIso8601(*kept->expiration), fresh.status().ToString());
+      return *kept;
     }
-    return fresh.status();
+    // Mandatory, or none yet: wait for the refresh (one at a time), unless
+    // the thread before this one already did it.
+    MutexLock refreshing(&refresh_mu_);
+    {
+      MutexLock lock(&state_mu_);
+      if (current_ && (!current_->expiration || Clock::now() < mandatory_at_)) return *current_;
+    }
+    return Refresh();
   }
 
  private:
+  static constexpr Clock::duration kRetryAdvisory = std::chrono::seconds(5);
+
+  // Fetches and stores.
+  Result<AwsCredentials> Refresh() REQUIRES(refresh_mu_) EXCLUDES(state_mu_) {
+    const auto start = Clock::now();
+    Result<AwsCredentials> fresh = fetch_();
+    if (!fresh.ok()) return fresh.status();
+    fresh->source = source_;
+    Log().debug("AWS credentials from {}{}", source_,
+                fresh->expiration ? ", valid until " + FormatIso8601(*fresh->expiration)
+                                  : std::string());
+    MutexLock lock(&state_mu_);
+    current_ = *fresh;
+    if (fresh->expiration) {
+      const Clock::time_point exp = *fresh->expiration;
+      const Clock::duration life = exp > start ? exp - start : Clock::duration::zero();
+      const Clock::duration advisory = std::min(refresh_before_, life / 2);
+      const Clock::duration mandatory = std::min(required_before_, life / 4);
+      advisory_at_ = exp - advisory;
+      mandatory_at_ = exp - mandatory;
+    }
+    next_advisory_ = Clock::time_point::min();
+    return fresh;
+  }
+
   const std::string source_;
   const Fetch fetch_;
   const Clock::duration refresh_before_;
   const Clock::duration required_before_;
-  Mutex mu_;
-  std::optional<AwsCredentials> current_ GUARDED_BY(mu_);
+  Mutex refresh_mu_;  // held by the thread fetching
+  Mutex state_mu_;    // never held while fetching
+  std::optional<AwsCredentials> current_ GUARDED_BY(state_mu_);
+  Clock::time_point advisory_at_ GUARDED_BY(state_mu_);
+  Clock::time_point mandatory_at_ GUARDED_BY(state_mu_);
+  Clock::time_point next_advisory_ GUARDED_BY(state_mu_) = Clock::time_point::min();
 };
 
 class StaticProvider final : public AwsCredentialProvider {
@@ -105,12 +152,16 @@ struct Context {
   }
   std::string StsEndpoint(const std::string& p) const {
     std::string e = ConfiguredEndpoint(files, p, "sts");
-    return e.empty() ? "https://sts." + Region(p) + ".amazonaws.com" : e;
+    const std::string region = Region(p);
+    const char* suffix = region.rfind("cn-", 0) == 0 ? ".amazonaws.com.cn" : ".amazonaws.com";
+    return e.empty() ? "https://sts." + region + suffix : e;
   }
-  MetadataSettings Metadata(double default_timeout, int default_attempts) const {
+  // Instance metadata takes AWS_METADATA_SERVICE_TIMEOUT/_NUM_ATTEMPTS;
+  // container credentials keep botocore's fixed 2 s and 3 attempts.
+  MetadataSettings Metadata(double default_timeout, int default_attempts, bool use_env) const {
     MetadataSettings m;
-    std::string t = EnvVar("AWS_METADATA_SERVICE_TIMEOUT");
-    std::string a = EnvVar("AWS_METADATA_SERVICE_NUM_ATTEMPTS");
+    std::string t = use_env ? EnvVar("AWS_METADATA_SERVICE_TIMEOUT") : std::string();
+    std::string a = use_env ? EnvVar("AWS_METADATA_SERVICE_NUM_ATTEMPTS") : std::string();
     m.timeout_s = options.metadata_timeout_s.value_or(t.empty() ? default_timeout
                                                                 : std::atof(t.c_str()));
     m.attempts = options.metadata_attempts.value_or(a.empty() ? default_attempts
@@ -125,6 +176,14 @@ struct Context {
 };
 
 using MaybeCandidate = Result<std::optional<Candidate>>;
+
+// A source's fetch behind a cache of its own (an assumed role's source is
+// asked at every refresh of the role, and may be temporary itself).
+Fetch Cached(const Candidate& c, const Context& ctx) {
+  auto cache = std::make_shared<RefreshingProvider>(c.source, c.fetch, ctx.options.refresh_before_s,
+                                                    ctx.options.required_before_s);
+  return [cache] { return cache->Get(); };
+}
 
 MaybeCandidate EnvironmentCandidate() {
   std::string ak = EnvVar("AWS_ACCESS_KEY_ID"), sk = EnvVar("AWS_SECRET_ACCESS_KEY");
@@ -158,9 +217,11 @@ Result<std::optional<AwsCredentials>> SectionKeys(const IniSection* s, const std
       AwsCredentials{ak, sk, get("aws_session_token"), std::nullopt, what});
 }
 
-std::string SessionName(const Context& ctx, const std::string& p) {
-  std::string n = ctx.Value(p, "role_session_name");
-  if (n.empty()) n = EnvVar("AWS_ROLE_SESSION_NAME");
+// The role session name: AWS_ROLE_SESSION_NAME first where the environment
+// counts (web identity from the environment, as botocore), then the profile's.
+std::string SessionName(const Context& ctx, const std::string& p, bool use_env) {
+  std::string n = use_env ? EnvVar("AWS_ROLE_SESSION_NAME") : std::string();
+  if (n.empty()) n = ctx.Value(p, "role_session_name");
   return n.empty() ? "shardstream-session-" + std::to_string(std::time(nullptr)) : n;
 }
 
@@ -186,6 +247,10 @@ MaybeCandidate AssumeRoleCandidate(const Context& ctx, const std::string& p,
   if (!source_profile.empty() && !credential_source.empty()) {
     return Status::Config(what + ": source_profile and credential_source are both set");
   }
+  if (!ctx.Value(p, "mfa_serial").empty()) {
+    return Status::Config(what + ": mfa_serial asks for a one-time code at every refresh, which "
+                                 "an unattended job cannot give; use a role without MFA");
+  }
   Fetch source_fetch;
   std::string source_name;
   if (!credential_source.empty()) {
@@ -202,14 +267,14 @@ MaybeCandidate AssumeRoleCandidate(const Context& ctx, const std::string& p,
       return Status::Auth(what + ": credential_source " + credential_source +
                           " supplies no credentials here");
     }
-    source_fetch = c->fetch;
+    source_fetch = Cached(*c, ctx);
     source_name = c->source;
   } else {
     if (visiting->count(source_profile) && !(source_profile == p)) {
       return Status::Config(what + ": source_profile '" + source_profile +
                             "' leads back to itself (a loop of source_profile)");
     }
-    if (!ctx.files.ConfigProfile(source_profile) && !ctx.files.CredentialsProfile(source_profile)) {
+    if (!ctx.files.HasProfile(source_profile)) {
       return Status::Config(what + ": source_profile '" + source_profile + "' is in neither " +
                             ctx.files.config_path + " nor " + ctx.files.credentials_path);
     }
@@ -228,14 +293,14 @@ MaybeCandidate AssumeRoleCandidate(const Context& ctx, const std::string& p,
     if (!c) {
       return Status::Auth(what + ": source_profile '" + source_profile + "' has no credentials");
     }
-    source_fetch = c->fetch;
+    source_fetch = Cached(*c, ctx);
     source_name = c->source;
   }
   StsRequest req;
   req.endpoint = ctx.StsEndpoint(p);
   req.region = ctx.Region(p);
   req.role_arn = role;
-  req.session_name = SessionName(ctx, p);
+  req.session_name = SessionName(ctx, p, false);
   req.external_id = ctx.Value(p, "external_id");
   std::string duration = ctx.Value(p, "duration_seconds");
   if (!duration.empty()) req.duration_seconds = std::atoi(duration.c_str());
@@ -266,7 +331,7 @@ MaybeCandidate WebIdentityCandidate(const Context& ctx, const std::string& p, bo
   req.endpoint = ctx.StsEndpoint(p);
   req.region = ctx.Region(p);
   req.role_arn = role;
-  req.session_name = SessionName(ctx, p);
+  req.session_name = SessionName(ctx, p, use_env);
   auto http = ctx.sts_http;
   return std::optional<Candidate>(
       Candidate{"web identity (role " + role + ")",
@@ -279,7 +344,7 @@ MaybeCandidate MetadataCandidate(const Context& ctx, bool container) {
         std::string url, ContainerCredentialsUrl(EnvVar("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
                                                  EnvVar("AWS_CONTAINER_CREDENTIALS_FULL_URI")));
     if (url.empty()) return std::optional<Candidate>();
-    auto http = MetadataHttpClient(ctx.Metadata(2, 3));
+    auto http = MetadataHttpClient(ctx.Metadata(2, 3, false));
     std::string token_file = EnvVar("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
     std::string token = EnvVar("AWS_CONTAINER_AUTHORIZATION_TOKEN");
     return std::optional<Candidate>(
@@ -301,7 +366,7 @@ MaybeCandidate MetadataCandidate(const Context& ctx, bool container) {
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   bool v1_disabled = IsTrue(EnvVar("AWS_EC2_METADATA_V1_DISABLED")) ||
                      IsTrue(ctx.Value(ctx.profile, "ec2_metadata_v1_disabled"));
-  auto http = MetadataHttpClient(ctx.Metadata(1, 1));
+  auto http = MetadataHttpClient(ctx.Metadata(1, 1, true));
   Candidate c{"instance metadata at " + RedactUrl(endpoint),
               [http, endpoint, v1_disabled] {
                 return FetchInstanceMetadata(*http, endpoint, v1_disabled);
@@ -316,10 +381,26 @@ MaybeCandidate MetadataCandidate(const Context& ctx, bool container) {
 MaybeCandidate ProfileCredentials(const Context& ctx, const std::string& p,
                                   std::set<std::string>* visiting, bool for_source) {
   if (for_source) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(auto role, AssumeRoleCandidate(ctx, p, visiting));
-    if (role) return role;
+    // As botocore resolves a source profile: its own keys first, its role
+    // only when it has none.
+    auto both = [](const IniSection* s) {
+      return s && s->count("aws_access_key_id") && s->count("aws_secret_access_key");
+    };
+    const bool has_keys = both(ctx.files.CredentialsProfile(p)) || both(ctx.files.ConfigProfile(p));
+    if (!has_keys) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto role, AssumeRoleCandidate(ctx, p, visiting));
+      if (role) return role;
+    }
     SHARDSTREAM_ASSIGN_OR_RETURN(auto web, WebIdentityCandidate(ctx, p, false));
     if (web) return web;
+  }
+  if (!ctx.Value(p, "sso_session").empty() || !ctx.Value(p, "sso_start_url").empty()) {
+    // Where botocore's SSO provider stands: a browser login has no place in
+    // a training job, so say what does.
+    return Status::Config("profile '" + p + "' in " + ctx.files.config_path +
+                          " uses IAM Identity Center (SSO), which needs an interactive login; "
+                          "give the job another profile with credential_process = aws configure "
+                          "export-credentials --profile " + p + " --format process, or a role");
   }
   const std::string in_creds = "profile '" + p + "' in " + ctx.files.credentials_path;
   SHARDSTREAM_ASSIGN_OR_RETURN(auto keys, SectionKeys(ctx.files.CredentialsProfile(p), in_creds));
@@ -374,7 +455,7 @@ class ChainProvider final : public AwsCredentialProvider {
     ctx.files = AwsSharedFiles::Load();
     ctx.sts_http = std::make_shared<HttpClient>(options_.http);
     const std::string& p = ctx.profile;
-    if (p != "default" && !ctx.files.ConfigProfile(p) && !ctx.files.CredentialsProfile(p)) {
+    if (p != "default" && !ctx.files.HasProfile(p)) {
       return Status::Config("AWS profile '" + p + "' (" +
                             (ctx.explicit_profile ? "S3Options::profile" : "AWS_PROFILE") +
                             ") is in neither " + ctx.files.config_path + " nor " +

@@ -6,6 +6,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <cerrno>
 #include <cmath>
@@ -13,9 +15,11 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "common/log.h"
 #include "s3/s3_xml.h"
 #include "s3/sigv4.h"
 #include "shardstream/url.h"
@@ -60,8 +64,21 @@ Result<AwsCredentials> StsCall(HttpClient& http, const StsRequest& r, const std:
       return Status::OK();
     };
   }
-  auto resp = http.Send(req, sign, 1 << 20);
-  if (!resp.ok()) return resp.status().WithContext(what);
+  // STS answers throttling (and a slow identity provider) with 400: retried
+  // as botocore does, with the client's backoff.
+  HttpResponse answer;
+  for (int attempt = 0;; ++attempt) {
+    Result<HttpResponse> sent = http.Send(req, sign, 1 << 20);
+    if (!sent.ok()) return sent.status().WithContext(what);
+    answer = std::move(*sent);
+    const std::string code = answer.status == 400 ? XmlText(answer.body, "Code") : std::string();
+    const bool throttled = code == "Throttling" || code == "ThrottlingException" ||
+                           code == "IDPCommunicationError" || code == "RequestLimitExceeded";
+    if (!throttled || attempt >= http.options().max_retries) break;
+    Log().debug("{}: STS answered {}, retrying", what, code);
+    BackoffSleep(http.options(), attempt, &answer);
+  }
+  const HttpResponse* resp = &answer;
   if (resp->status >= 300) return StsError(*resp, what, req.url);
   AwsCredentials c;
   c.access_key = XmlText(resp->body, "AccessKeyId");
@@ -110,9 +127,10 @@ Result<HttpResponse> MetadataRequest(HttpClient& http, HttpRequest req, const st
 
 }  // namespace
 
-std::optional<Clock::time_point> ParseIso8601Time(const std::string& s) {
+std::optional<Clock::time_point> ParseIso8601Time(const std::string& text) {
   std::tm tm{};
-  const char* end = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end) end = strptime(text.c_str(), "%Y-%m-%d %H:%M:%S", &tm);
   if (!end) return std::nullopt;
   std::string rest(end);
   if (!rest.empty() && rest[0] == '.') {  // fractions of a second: ignored
@@ -122,15 +140,26 @@ std::optional<Clock::time_point> ParseIso8601Time(const std::string& s) {
   }
   int64_t offset_s = 0;
   if (rest == "Z" || rest == "z" || rest.empty()) {
-  } else if ((rest[0] == '+' || rest[0] == '-') && rest.size() == 6 && rest[3] == ':') {
+  } else if ((rest[0] == '+' || rest[0] == '-') && (rest.size() == 6 || rest.size() == 5)) {
+    // +hh:mm or +hhmm
     int h = 0, m = 0;
-    if (std::sscanf(rest.c_str() + 1, "%2d:%2d", &h, &m) != 2) return std::nullopt;
+    const bool colon = rest.size() == 6;
+    if (colon && rest[3] != ':') return std::nullopt;
+    for (size_t i = 1; i < rest.size(); ++i)
+      if (i != 3 || !colon)
+        if (!std::isdigit(static_cast<unsigned char>(rest[i]))) return std::nullopt;
+    h = std::stoi(rest.substr(1, 2));
+    m = std::stoi(rest.substr(colon ? 4 : 3, 2));
     offset_s = (rest[0] == '+' ? 1 : -1) * (h * 3600 + m * 60);
   } else {
     return std::nullopt;
   }
-  time_t t = timegm(&tm);
-  return Clock::from_time_t(t - offset_s);
+  const int64_t t = static_cast<int64_t>(timegm(&tm)) - offset_s;
+  // Past what the clock can hold (year 2262 in nanoseconds): never expires.
+  const int64_t max_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            Clock::time_point::max().time_since_epoch()).count() - 86400;
+  if (t >= max_s) return Clock::time_point::max();
+  return Clock::time_point(std::chrono::seconds(t));
 }
 
 std::string FormatIso8601(Clock::time_point t) {
@@ -221,7 +250,13 @@ Result<AwsCredentials> FetchInstanceMetadata(HttpClient& http, const std::string
   put.method = "PUT";
   put.url = endpoint + "/latest/api/token";
   put.SetHeader("X-aws-ec2-metadata-token-ttl-seconds", "21600");
-  SHARDSTREAM_ASSIGN_OR_RETURN(HttpResponse tok, MetadataRequest(http, put, what));
+  Result<HttpResponse> got = MetadataRequest(http, put, what);
+  // A token request that times out or cannot connect (a container on EC2
+  // whose hop limit is 1) falls back to IMDSv1, as botocore does.
+  if (!got.ok() && (got.status().code() != StatusCode::kUnavailable || v1_disabled)) {
+    return got.status();
+  }
+  HttpResponse tok = got.ok() ? std::move(*got) : HttpResponse{405, {}, {}};
   std::string token;
   if (tok.status == 200) {
     token = TrimSpace(tok.body);
@@ -270,8 +305,12 @@ Result<std::string> ContainerCredentialsUrl(const std::string& relative_uri,
   } else {
     host = host.substr(0, host.find(':'));
   }
-  // The SDKs allow plain http only to the machine itself or the ECS/EKS agents.
-  bool allowed = host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" ||
+  // The SDKs allow plain http only to the machine itself (a loopback
+  // address, not a name that starts like one) or the ECS/EKS agents.
+  in_addr v4{};
+  const bool loopback_v4 = ::inet_pton(AF_INET, host.c_str(), &v4) == 1 &&
+                           (ntohl(v4.s_addr) >> 24) == 127;
+  bool allowed = host == "localhost" || loopback_v4 || host == "[::1]" ||
                  host == "169.254.170.2" || host == "169.254.170.23" || host == "[fd00:ec2::23]";
   if (!allowed) {
     return Status::Config("AWS_CONTAINER_CREDENTIALS_FULL_URI " + RedactUrl(full_uri) +
@@ -307,8 +346,18 @@ Result<AwsCredentials> FetchContainerCredentials(HttpClient& http, const std::st
 
 Result<AwsCredentials> RunCredentialProcess(const std::string& command, const std::string& what_in,
                                             double timeout_s) {
-  // The command itself may carry secrets in its arguments: name only its program.
-  std::string program = TrimSpace(command).substr(0, TrimSpace(command).find(' '));
+  // The command may carry secrets in its arguments or in variables set in
+  // front of it: name only its program.
+  std::string program;
+  {
+    std::istringstream words(command);
+    std::string w;
+    while (words >> w)
+      if (w.find('=') == std::string::npos) {
+        program = w;
+        break;
+      }
+  }
   const std::string what = what_in + " (credential_process " + program + ")";
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return Status::FromErrno(errno, what + ": pipe");
@@ -321,10 +370,20 @@ Result<AwsCredentials> RunCredentialProcess(const std::string& command, const st
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+  // Nothing else of this process (sockets, cache files) reaches the child.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  // Its own process group (so a timeout kills all of it), default signal
+  // dispositions (Python ignores SIGPIPE) and an empty mask.
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
   const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
   pid_t pid = -1;
   int rc = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char**>(argv), environ);
@@ -368,9 +427,21 @@ Result<AwsCredentials> RunCredentialProcess(const std::string& command, const st
   }
   for (auto& f : fds)
     if (f.fd >= 0) ::close(f.fd);
-  if (timed_out) ::kill(-pid, SIGKILL);
+  // A child that closed its output may still run: wait until the deadline.
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!timed_out) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (timed_out) {
+    ::kill(-pid, SIGKILL);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   if (timed_out) {
     return Status::Auth(what + ": still running after " + std::to_string(timeout_s) +

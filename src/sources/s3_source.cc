@@ -185,10 +185,8 @@ class EnvironmentS3Source final : public Source {
       const char* value = std::getenv(v);
       key += value ? std::string(value) + '\x1f' : std::string("\x1e");
     }
-    for (auto [env, rel] : {std::pair<const char*, const char*>{"AWS_CONFIG_FILE", "/.aws/config"},
-                            {"AWS_SHARED_CREDENTIALS_FILE", "/.aws/credentials"}}) {
-      std::string path = internal::EnvVar(env);
-      if (path.empty()) path = internal::EnvVar("HOME") + rel;
+    for (const std::string& path :
+         {internal::AwsSharedFiles::ConfigPath(), internal::AwsSharedFiles::CredentialsPath()}) {
       struct stat st {};
       if (::stat(path.c_str(), &st) == 0) {
         key += std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) +

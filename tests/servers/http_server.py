@@ -17,7 +17,7 @@ used once per request until its count runs out (count -1 = forever):
   {"kind": "ignore_range"}              answer a Range request with 200
   {"kind": "change_etag"}               the object gets a new ETag from now on
 Optional keys: "path" (exact request path; default any), "method"
-(default GET), "count" (default 1). Set faults with --fault JSON (repeat)
+(default GET; "POST" takes "status" rules only), "count" (default 1). Set faults with --fault JSON (repeat)
 or at run time: POST /_control/faults with a JSON rule or list;
 POST /_control/clear removes them. GET /_redirect?to=URL answers 302.
 """
@@ -131,6 +131,9 @@ class Handler(BaseHTTPRequestHandler):
             with self.state.lock:
                 self.state.faults.clear()
             return self._simple(200, b"ok")
+        fault = self.state.take_fault("POST", path)
+        if fault and fault["kind"] == "status":  # e.g. an STS endpoint throttling
+            return self._simple(fault["code"], fault.get("body", "").encode(), fault=fault)
         return self._simple(404, b"no such control")
 
     # --- files -----------------------------------------------------------
