@@ -276,7 +276,7 @@ def run_one(cfg: dict) -> dict:
 
 def tree_memory(pid: int) -> tuple:
     """(RSS, anonymous RSS) bytes of pid and all its descendants. RSS also counts mapped
-    file pages (Streaming reads its shards through mmap) and shared memory."""
+    file pages (the libraries' code) and shared memory."""
     rss = anon = 0
     stack = [pid]
     while stack:

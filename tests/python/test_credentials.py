@@ -164,4 +164,5 @@ def test_a_multi_gib_shard_streams_across_credential_expiries(moto, tmp_path, mo
         assert count == n
         assert took > 8, f"the download took {took:.1f} s: too fast to cross an expiry"
         assert stats["resets"] >= 1, stats
-        assert len(issued_keys(imds)) >= 3
+        # The first keys signed the GET; the resume after the reset needed (and got) new ones.
+        assert len(issued_keys(imds)) >= 2
