@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -20,11 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/spawn.h"
 #include "s3/s3_xml.h"
 #include "s3/sigv4.h"
 #include "shardstream/url.h"
 
-extern char** environ;
 
 namespace shardstream::internal {
 namespace {
@@ -366,29 +365,8 @@ Result<AwsCredentials> RunCredentialProcess(const std::string& command, const st
     ::close(out[1]);
     return Status::FromErrno(errno, what + ": pipe");
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-  // Nothing else of this process (sockets, cache files) reaches the child.
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Its own process group (so a timeout kills all of it), default signal
-  // dispositions (Python ignores SIGPIPE) and an empty mask.
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char**>(argv), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  const pid_t pid = SpawnShell(command, out[1], err[1]);
+  const int rc = pid < 0 ? -pid : 0;
   ::close(out[1]);
   ::close(err[1]);
   if (rc != 0) {

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,10 +14,10 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/spawn.h"
 #include "shardstream/url.h"
 #include "sources/builtin_sources.h"
 
-extern char** environ;
 
 namespace shardstream {
 namespace {
@@ -55,23 +54,8 @@ class PipeStream final : public InputStream {
   Status Start() {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe for " + url_);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    const char* argv[] = {"/bin/sh", "-c", command_.c_str(), nullptr};
-    int rc = ::posix_spawn(&pid_, "/bin/sh", &actions, &attr, const_cast<char**>(argv), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
+    pid_ = internal::SpawnShell(command_, fds[1], -1);
+    const int rc = pid_ < 0 ? -pid_ : 0;
     ::close(fds[1]);
     if (rc != 0) {
       ::close(fds[0]);

@@ -44,7 +44,6 @@ import argparse
 import datetime
 import itertools
 import json
-import os
 import secrets
 import threading
 import time
@@ -53,6 +52,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 from botocore.config import Config
+
+from server_util import exit_with_parent
 
 CREDS_PREFIX = "/latest/meta-data/iam/security-credentials"
 CREDENTIAL_KINDS = ("bad_json", "expired", "missing_field")
@@ -249,14 +250,7 @@ def main():
     host = urllib.parse.urlsplit(args.moto).hostname
     if host not in ("127.0.0.1", "localhost"):
         ap.error("--moto must be on loopback")
-    parent = os.getppid()
-
-    def watch_parent():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
+    exit_with_parent()
     server = Server(("127.0.0.1", args.port), Handler)
     server.state = State(args)
     print("port %d" % server.server_address[1], flush=True)

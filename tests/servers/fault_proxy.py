@@ -22,13 +22,14 @@ Each connection is pumped by its own thread with non-blocking sockets and
 """
 import argparse
 import json
-import os
 import selectors
 import socket
 import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from server_util import exit_with_parent
 
 BUF = 1 << 20
 
@@ -231,14 +232,7 @@ def main():
     if host not in ("", "127.0.0.1", "localhost"):
         ap.error("the target must be on loopback")
     proxy = Proxy(("127.0.0.1", int(port)))
-    parent = os.getppid()
-
-    def watch_parent():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
+    exit_with_parent()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", args.port))

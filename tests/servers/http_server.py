@@ -34,6 +34,8 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from server_util import exit_with_parent
+
 
 class State:
     def __init__(self, root, log_path, seed):
@@ -293,15 +295,7 @@ def main():
     state = State(args.root, args.log, args.seed)
     for f in args.fault:
         state.faults.append(json.loads(f))
-    # Exit with the test that started us, even if it crashed.
-    parent = os.getppid()
-
-    def watch_parent():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
+    exit_with_parent()
     server = Server(("127.0.0.1", args.port), Handler)
     server.state = state
     if args.certfile:
