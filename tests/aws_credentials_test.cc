@@ -151,6 +151,15 @@ TEST(AwsContainerUrlTest, RelativeAndFullUrisAsTheSdksAllowThem) {
   EXPECT_EQ(internal::ContainerCredentialsUrl("", "http://127.0.0.1.nip.io/creds").status().code(),
             StatusCode::kConfig);  // a name, not a loopback address
   EXPECT_EQ(*internal::ContainerCredentialsUrl("", "http://127.8.9.10:80/c"), "http://127.8.9.10:80/c");
+  {
+    // A token with a line break would forge headers: refused before any request.
+    ScopedAwsEnv env({{"AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/creds"},
+                      {"AWS_CONTAINER_AUTHORIZATION_TOKEN", "abc\r\nX-Forged: 1"}});
+    Status s = DefaultAwsCredentialChain()->Get().status();
+    EXPECT_EQ(s.code(), StatusCode::kConfig);
+    EXPECT_NE(s.message().find("the authorization token holds a line break"), std::string::npos)
+        << s;
+  }
   auto refused = internal::ContainerCredentialsUrl("", "http://10.0.0.5/creds");
   EXPECT_EQ(refused.status().code(), StatusCode::kConfig);
   EXPECT_NE(refused.status().message().find("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
@@ -204,6 +213,13 @@ TEST(AwsProfileCredentialsTest, CredentialsFileThenConfigFileAndAnExplicitProfil
             std::string::npos) << none.status();
 }
 
+// What the chain says for a named profile.
+Status ChainStatusFor(const std::string& profile) {
+  AwsCredentialOptions o;
+  o.profile = profile;
+  return DefaultAwsCredentialChain(o)->Get().status();
+}
+
 TEST(AwsProfileCredentialsTest, AssumeRoleMisconfigurationsAreConfigErrors) {
   TempDir dir;
   WriteFile(dir.Join("config"),
@@ -218,24 +234,19 @@ TEST(AwsProfileCredentialsTest, AssumeRoleMisconfigurationsAreConfigErrors) {
             "credential_source = Laptop\n");
   ScopedAwsEnv env({{"AWS_CONFIG_FILE", dir.Join("config")},
                     {"AWS_SHARED_CREDENTIALS_FILE", dir.Join("none")}});
-  auto get = [](const std::string& profile) {
-    AwsCredentialOptions o;
-    o.profile = profile;
-    return DefaultAwsCredentialChain(o)->Get().status();
-  };
-  Status s = get("missing-source");
+  Status s = ChainStatusFor("missing-source");
   EXPECT_EQ(s.code(), StatusCode::kConfig);
   EXPECT_NE(s.message().find("source_profile 'ghost' is in neither"), std::string::npos) << s;
-  s = get("no-source");
+  s = ChainStatusFor("no-source");
   EXPECT_NE(s.message().find("role_arn needs source_profile, credential_source or "
                              "web_identity_token_file"),
             std::string::npos) << s;
-  s = get("both");
+  s = ChainStatusFor("both");
   EXPECT_NE(s.message().find("source_profile and credential_source are both set"),
             std::string::npos) << s;
-  s = get("a");
+  s = ChainStatusFor("a");
   EXPECT_NE(s.message().find("leads back to itself"), std::string::npos) << s;
-  s = get("odd-source");
+  s = ChainStatusFor("odd-source");
   EXPECT_NE(s.message().find("credential_source 'Laptop' is not Environment"), std::string::npos)
       << s;
 }
@@ -384,18 +395,13 @@ TEST(AwsProfileCredentialsTest, SettingsInTheCredentialsFileCountAndInteractiveP
             "region = eu-north-1\n");
   ScopedAwsEnv env({{"AWS_CONFIG_FILE", dir.Join("config")},
                     {"AWS_SHARED_CREDENTIALS_FILE", dir.Join("credentials")}});
-  auto get = [](const std::string& profile) {
-    AwsCredentialOptions o;
-    o.profile = profile;
-    return DefaultAwsCredentialChain(o)->Get().status();
-  };
-  Status s = get("dev");
+  Status s = ChainStatusFor("dev");
   EXPECT_EQ(s.code(), StatusCode::kConfig);
   EXPECT_NE(s.message().find("uses IAM Identity Center (SSO)"), std::string::npos) << s;
   EXPECT_NE(s.message().find("aws configure export-credentials --profile dev"), std::string::npos);
-  s = get("mfa");
+  s = ChainStatusFor("mfa");
   EXPECT_NE(s.message().find("mfa_serial"), std::string::npos) << s;
-  s = get("creds-role");  // seen: the role is tried, and its source is missing
+  s = ChainStatusFor("creds-role");  // seen: the role is tried, and its source is missing
   EXPECT_NE(s.message().find("source_profile 'ghost' is in neither"), std::string::npos) << s;
   auto files = internal::AwsSharedFiles::Load();
   EXPECT_EQ(internal::ConfiguredRegion(files, "creds-region"), "eu-north-1");

@@ -9,13 +9,6 @@
 namespace shardstream::internal {
 namespace {
 
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
 std::string ReadText(const std::string& path) {
   if (path.empty()) return {};
   std::ifstream in(path);
@@ -34,11 +27,6 @@ std::string HomeFile(const char* env, const char* rel) {
   return home.empty() ? std::string() : home + "/" + rel;
 }
 
-bool IsTrue(std::string v) {
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  return v == "true";
-}
-
 std::string NoTrailingSlash(std::string s) {
   while (!s.empty() && s.back() == '/') s.pop_back();
   return s;
@@ -49,6 +37,18 @@ std::string NoTrailingSlash(std::string s) {
 std::string EnvVar(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::string(v) : std::string();
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+bool IsTrueSetting(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  return v == "true";
 }
 
 std::map<std::string, IniSection> ParseIni(const std::string& text) {
@@ -142,7 +142,7 @@ std::string AwsSharedFiles::ServicesEndpoint(const std::string& profile,
 
 std::string ConfiguredEndpoint(const AwsSharedFiles& files, const std::string& profile,
                                const std::string& service) {
-  if (IsTrue(EnvVar("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"))) return {};
+  if (IsTrueSetting(EnvVar("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"))) return {};
   std::string upper = service;
   std::transform(upper.begin(), upper.end(), upper.begin(),
                  [](unsigned char c) { return std::toupper(c); });

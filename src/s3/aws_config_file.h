@@ -17,6 +17,10 @@ using IniSection = std::map<std::string, std::string>;
 
 // The value of an environment variable, "" when unset.
 std::string EnvVar(const char* name);
+// `s` without leading and trailing blanks and line ends.
+std::string Trim(const std::string& s);
+// A true setting, as the SDKs read one ("true" in any case).
+bool IsTrueSetting(std::string v);
 
 // ini sections by name; a later section of the same name adds keys.
 SHARDSTREAM_EXPORT std::map<std::string, IniSection> ParseIni(const std::string& text);

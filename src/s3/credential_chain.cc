@@ -25,11 +25,6 @@ Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-bool IsTrue(std::string v) {
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  return v == "true";
-}
-
 // Caches what `fetch` returns and fetches again before expiry, as botocore's
 // RefreshableCredentials: from `refresh_before` ahead (advisory) one thread
 // refreshes while the others go on with the current credentials, and a
@@ -177,6 +172,12 @@ struct Context {
 
 using MaybeCandidate = Result<std::optional<Candidate>>;
 
+// Long-term keys, as a source.
+Candidate Fixed(AwsCredentials c) {
+  std::string source = c.source;
+  return Candidate{std::move(source), [c = std::move(c)] { return Result<AwsCredentials>(c); }};
+}
+
 // A source's fetch behind a cache of its own (an assumed role's source is
 // asked at every refresh of the role, and may be temporary itself).
 Fetch Cached(const Candidate& c, const Context& ctx) {
@@ -196,7 +197,7 @@ MaybeCandidate EnvironmentCandidate() {
   AwsCredentials c{ak, sk, EnvVar("AWS_SESSION_TOKEN"), std::nullopt, "environment"};
   std::string exp = EnvVar("AWS_CREDENTIAL_EXPIRATION");
   if (!exp.empty()) c.expiration = ParseIso8601Time(exp);
-  return std::optional<Candidate>(Candidate{"environment", [c] { return Result<AwsCredentials>(c); }});
+  return std::optional<Candidate>(Fixed(std::move(c)));
 }
 
 // Keys of a profile's section (credentials or config file); nullopt when it
@@ -270,7 +271,7 @@ MaybeCandidate AssumeRoleCandidate(const Context& ctx, const std::string& p,
     source_fetch = Cached(*c, ctx);
     source_name = c->source;
   } else {
-    if (visiting->count(source_profile) && !(source_profile == p)) {
+    if (visiting->count(source_profile) && source_profile != p) {
       return Status::Config(what + ": source_profile '" + source_profile +
                             "' leads back to itself (a loop of source_profile)");
     }
@@ -284,7 +285,7 @@ MaybeCandidate AssumeRoleCandidate(const Context& ctx, const std::string& p,
       SHARDSTREAM_ASSIGN_OR_RETURN(
           auto keys, SectionKeys(ctx.files.CredentialsProfile(p),
                                  "profile '" + p + "' in " + ctx.files.credentials_path));
-      if (keys) c = Candidate{keys->source, [k = *keys] { return Result<AwsCredentials>(k); }};
+      if (keys) c = Fixed(*keys);
     } else {
       visiting->insert(p);
       SHARDSTREAM_ASSIGN_OR_RETURN(c, ProfileCredentials(ctx, source_profile, visiting, true));
@@ -353,7 +354,7 @@ MaybeCandidate MetadataCandidate(const Context& ctx, bool container) {
                     return FetchContainerCredentials(*http, url, token_file, token);
                   }});
   }
-  if (IsTrue(EnvVar("AWS_EC2_METADATA_DISABLED"))) return std::optional<Candidate>();
+  if (IsTrueSetting(EnvVar("AWS_EC2_METADATA_DISABLED"))) return std::optional<Candidate>();
   std::string endpoint = EnvVar("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   if (endpoint.empty()) endpoint = ctx.Value(ctx.profile, "ec2_metadata_service_endpoint");
   if (endpoint.empty()) {
@@ -364,8 +365,8 @@ MaybeCandidate MetadataCandidate(const Context& ctx, bool container) {
     endpoint = mode == "ipv6" ? "http://[fd00:ec2::254]" : "http://169.254.169.254";
   }
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-  bool v1_disabled = IsTrue(EnvVar("AWS_EC2_METADATA_V1_DISABLED")) ||
-                     IsTrue(ctx.Value(ctx.profile, "ec2_metadata_v1_disabled"));
+  bool v1_disabled = IsTrueSetting(EnvVar("AWS_EC2_METADATA_V1_DISABLED")) ||
+                     IsTrueSetting(ctx.Value(ctx.profile, "ec2_metadata_v1_disabled"));
   auto http = MetadataHttpClient(ctx.Metadata(1, 1, true));
   Candidate c{"instance metadata at " + RedactUrl(endpoint),
               [http, endpoint, v1_disabled] {
@@ -404,10 +405,7 @@ MaybeCandidate ProfileCredentials(const Context& ctx, const std::string& p,
   }
   const std::string in_creds = "profile '" + p + "' in " + ctx.files.credentials_path;
   SHARDSTREAM_ASSIGN_OR_RETURN(auto keys, SectionKeys(ctx.files.CredentialsProfile(p), in_creds));
-  if (keys) {
-    return std::optional<Candidate>(
-        Candidate{in_creds, [k = *keys] { return Result<AwsCredentials>(k); }});
-  }
+  if (keys) return std::optional<Candidate>(Fixed(*keys));
   std::string process = ctx.Value(p, "credential_process");
   if (process.empty() && ctx.files.CredentialsProfile(p)) {
     auto it = ctx.files.CredentialsProfile(p)->find("credential_process");
@@ -423,10 +421,7 @@ MaybeCandidate ProfileCredentials(const Context& ctx, const std::string& p,
   }
   const std::string in_config = "profile '" + p + "' in " + ctx.files.config_path;
   SHARDSTREAM_ASSIGN_OR_RETURN(keys, SectionKeys(ctx.files.ConfigProfile(p), in_config));
-  if (keys) {
-    return std::optional<Candidate>(
-        Candidate{in_config, [k = *keys] { return Result<AwsCredentials>(k); }});
-  }
+  if (keys) return std::optional<Candidate>(Fixed(*keys));
   return std::optional<Candidate>();
 }
 

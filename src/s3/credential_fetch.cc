@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "common/spawn.h"
+#include "s3/aws_config_file.h"
 #include "s3/s3_xml.h"
 #include "s3/sigv4.h"
 #include "shardstream/url.h"
@@ -105,13 +106,6 @@ std::string ReadSmallFile(const std::string& path, Status* error, const std::str
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-std::string TrimSpace(std::string s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
 }
 
 // A metadata GET/PUT; errors name `what` and the url.
@@ -223,7 +217,7 @@ Result<AwsCredentials> StsAssumeRoleWithWebIdentity(HttpClient& http, const StsR
                                                     const std::string& token_file) {
   const std::string what = "web identity (token file " + token_file + ", role " + r.role_arn + ")";
   Status error;
-  std::string token = TrimSpace(ReadSmallFile(token_file, &error, what));
+  std::string token = Trim(ReadSmallFile(token_file, &error, what));
   if (!error.ok()) return error;
   if (token.empty()) return Status::Auth(what + ": the token file is empty");
   return StsCall(http, r, "AssumeRoleWithWebIdentity", "&WebIdentityToken=" + FormEncode(token),
@@ -258,7 +252,7 @@ Result<AwsCredentials> FetchInstanceMetadata(HttpClient& http, const std::string
   HttpResponse tok = got.ok() ? std::move(*got) : HttpResponse{405, {}, {}};
   std::string token;
   if (tok.status == 200) {
-    token = TrimSpace(tok.body);
+    token = Trim(tok.body);
   } else if (tok.status == 403 || tok.status == 404 || tok.status == 405) {
     if (v1_disabled) {
       return Status::Auth(what + ": the IMDSv2 token was refused (HTTP " +
@@ -282,7 +276,7 @@ Result<AwsCredentials> FetchInstanceMetadata(HttpClient& http, const std::string
   };
   const std::string base = "/latest/meta-data/iam/security-credentials/";
   SHARDSTREAM_ASSIGN_OR_RETURN(std::string roles, get(base));
-  std::string role = TrimSpace(roles.substr(0, roles.find('\n')));
+  std::string role = Trim(roles.substr(0, roles.find('\n')));
   if (role.empty()) return Status::Auth(what + ": no IAM role is attached to the instance");
   SHARDSTREAM_ASSIGN_OR_RETURN(std::string body, get(base + S3UriEncode(role, true)));
   return CredentialsFromJson(body, what + " (role " + role + ")", true);
@@ -326,7 +320,7 @@ Result<AwsCredentials> FetchContainerCredentials(HttpClient& http, const std::st
   std::string token = token_env;
   if (!token_file.empty()) {
     Status error;
-    token = TrimSpace(ReadSmallFile(token_file, &error,
+    token = Trim(ReadSmallFile(token_file, &error,
                                     what + " (AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE)"));
     if (!error.ok()) return error;
   }
@@ -426,7 +420,7 @@ Result<AwsCredentials> RunCredentialProcess(const std::string& command, const st
                         " s, killed");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string err_line = TrimSpace(stderr_text);
+    std::string err_line = Trim(stderr_text);
     err_line = err_line.substr(0, err_line.find('\n')).substr(0, 200);
     return Status::Auth(what + ": exited with " +
                         (WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))

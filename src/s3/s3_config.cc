@@ -2,7 +2,6 @@
 
 #include "s3/aws_config_file.h"
 
-
 namespace shardstream::internal {
 
 Result<S3Options> ResolveS3Options(S3Options o) {

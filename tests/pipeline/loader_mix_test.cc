@@ -58,15 +58,27 @@ LoaderOptions Mix(const Sets& s, double wa, double wb) {
   return o;
 }
 
-std::vector<std::string> Keys(Loader* l, int64_t max_batches = -1) {
+// Every consumer of an epoch: its keys and the shard urls it read.
+struct Read {
   std::vector<std::string> keys;
+  std::set<std::string> urls;
+};
+Read ReadAll(Loader* l, int64_t max_batches = -1) {
+  Read out;
   for (int64_t n = 0; max_batches < 0 || n < max_batches; ++n) {
     auto b = l->next();
     EXPECT_TRUE(b.ok()) << b.status();
     if (!b.ok() || b->empty()) break;
-    for (int64_t r = 0; r < b->num_samples(); ++r) keys.emplace_back(b->key(r));
+    for (int64_t r = 0; r < b->num_samples(); ++r) {
+      out.keys.emplace_back(b->key(r));
+      out.urls.insert(b->url(r));
+    }
   }
-  return keys;
+  return out;
+}
+
+std::vector<std::string> Keys(Loader* l, int64_t max_batches = -1) {
+  return ReadAll(l, max_batches).keys;
 }
 
 std::map<std::string, int> Count(const std::vector<std::string>& keys) {
@@ -211,24 +223,6 @@ TEST(LoaderMixTest, PackedTokensFromMixedStreamsEqualOnEveryConsumer) {
   EXPECT_GT(*counts.begin(), 0);
 }
 
-// Every consumer of an epoch: its keys and the shard urls it read.
-struct Read {
-  std::vector<std::string> keys;
-  std::set<std::string> urls;
-};
-Read ReadAll(Loader* l, int64_t max_batches = -1) {
-  Read out;
-  for (int64_t n = 0; max_batches < 0 || n < max_batches; ++n) {
-    auto b = l->next();
-    EXPECT_TRUE(b.ok()) << b.status();
-    if (!b.ok() || b->empty()) break;
-    for (int64_t r = 0; r < b->num_samples(); ++r) {
-      out.keys.emplace_back(b->key(r));
-      out.urls.insert(b->url(r));
-    }
-  }
-  return out;
-}
 
 TEST(LoaderMixTest, NodeLocalKeepsEachStreamsShardsOnTheirNodesEveryEpoch) {
   TempDir dir;

@@ -4,6 +4,7 @@ chain and keep them fresh. Real servers on loopback: moto's STS and S3 with sign
 enforced, a metadata server handing out real credentials that expire after a few seconds, and a
 TCP proxy that slows and breaks a multi-GiB download."""
 
+import io
 import json
 import os
 import tarfile
@@ -128,7 +129,6 @@ def test_a_multi_gib_shard_streams_across_credential_expiries(moto, tmp_path, mo
         for i in range(n):
             info = tarfile.TarInfo(f"{i:06d}.bin")
             info.size = MiB
-            import io
             tar.addfile(info, io.BytesIO(sample_bytes(i)))
     assert path.stat().st_size > 2 * 1024 * MiB
     # One PUT: moto needs four times the object in memory to complete a multipart upload.

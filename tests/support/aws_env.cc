@@ -21,6 +21,9 @@ ScopedAwsEnv::ScopedAwsEnv(std::initializer_list<Var> vars) {
     }
     for (const auto& n : names) Set(n, std::nullopt);
     Set("AWS_EC2_METADATA_DISABLED", std::string("true"));
+    // No shared files unless the test writes its own (never the user's ~/.aws).
+    Set("AWS_CONFIG_FILE", std::string("/nonexistent/shardstream-test/aws-config"));
+    Set("AWS_SHARED_CREDENTIALS_FILE", std::string("/nonexistent/shardstream-test/aws-credentials"));
   }
   for (const auto& [name, value] : vars) Set(name, value);
 }

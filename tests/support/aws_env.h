@@ -1,7 +1,9 @@
 // ScopedAwsEnv: sets and unsets environment variables for a test and restores
-// them afterwards. The outermost one also clears every other AWS_* variable
-// and sets AWS_EC2_METADATA_DISABLED=true (unless listed), so the chain sees
-// only what the test gives it and never reaches for a real metadata server.
+// them afterwards. The outermost one also clears every other AWS_* variable,
+// points AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE at files that do not
+// exist and sets AWS_EC2_METADATA_DISABLED=true (each unless listed), so the
+// chain sees only what the test gives it and never reaches for a real
+// metadata server.
 #ifndef SHARDSTREAM_TESTS_SUPPORT_AWS_ENV_H_
 #define SHARDSTREAM_TESTS_SUPPORT_AWS_ENV_H_
 

@@ -123,16 +123,21 @@ bool WaitForPort(int port, double timeout_s) {
 
 namespace {
 
-std::string Post(const std::string& url, const std::string& body) {
+// A request to a test server's control url; throws unless it answers 200.
+std::string Control(const std::string& method, const std::string& url, const std::string& body) {
   static internal::HttpClient* client = new internal::HttpClient(HttpOptions{});
   internal::HttpRequest req;
-  req.method = "POST";
+  req.method = method;
   req.url = url;
   req.body = body;
   auto resp = client->Send(req);
   if (!resp.ok() || resp->status != 200)
     throw std::runtime_error("control request failed: " + url);
   return resp->body;
+}
+
+std::string Post(const std::string& url, const std::string& body) {
+  return Control("POST", url, body);
 }
 
 }  // namespace
@@ -224,19 +229,6 @@ MotoServer::MotoServer() {
 
 std::string MotoServer::endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
-namespace {
-
-nlohmann::json GetJson(const std::string& url) {
-  static internal::HttpClient* client = new internal::HttpClient(HttpOptions{});
-  internal::HttpRequest req;
-  req.url = url;
-  auto resp = client->Send(req);
-  if (!resp.ok() || resp->status != 200)
-    throw std::runtime_error("control request failed: " + url);
-  return nlohmann::json::parse(resp->body);
-}
-
-}  // namespace
 
 AwsMetadataServer::AwsMetadataServer(const MotoServer& moto, int duration_s,
                                      const std::vector<std::string>& args) {
@@ -260,8 +252,17 @@ void AwsMetadataServer::AddFault(const nlohmann::json& rule) {
 
 void AwsMetadataServer::ClearFaults() { Post(Url("/_control/clear"), ""); }
 
+std::set<std::string> AwsMetadataServer::IssuedKeys(size_t from) const {
+  std::set<std::string> keys;
+  const std::vector<nlohmann::json> log = Log();
+  for (size_t i = from; i < log.size(); ++i)
+    if (!log[i]["access_key_id"].is_null()) keys.insert(log[i]["access_key_id"].get<std::string>());
+  return keys;
+}
+
 std::vector<nlohmann::json> AwsMetadataServer::Log() const {
-  return GetJson(Url("/_control/log")).get<std::vector<nlohmann::json>>();
+  return nlohmann::json::parse(Control("GET", Url("/_control/log"), ""))
+      .get<std::vector<nlohmann::json>>();
 }
 
 FaultProxy::FaultProxy(int target_port) {
@@ -282,7 +283,8 @@ void FaultProxy::ResetAfter(uint64_t bytes) {
 }
 
 nlohmann::json FaultProxy::Stats() const {
-  return GetJson("http://127.0.0.1:" + std::to_string(control_port_) + "/stats");
+  return nlohmann::json::parse(
+      Control("GET", "http://127.0.0.1:" + std::to_string(control_port_) + "/stats", ""));
 }
 
 }  // namespace shardstream::testing

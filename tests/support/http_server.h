@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,8 @@ class AwsMetadataServer {
   // One object per request: method, path, status, token, authorization,
   // fault, access_key_id.
   std::vector<nlohmann::json> Log() const;
+  // The access keys handed out from log entry `from` on.
+  std::set<std::string> IssuedKeys(size_t from = 0) const;
 
  private:
   std::unique_ptr<ChildProcess> proc_;
