@@ -6,7 +6,8 @@
 
 bool CudaRuntime::Load(const char** why) {
   void* lib = nullptr;
-  for (const char* name : {"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"}) {
+  for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                           "libcudart.so.11.0"}) {
     lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (lib != nullptr) break;
   }

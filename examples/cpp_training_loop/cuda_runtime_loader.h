@@ -14,7 +14,8 @@ struct CudaRuntime {
   int (*StreamCreate)(Stream*) = nullptr;
   int (*StreamDestroy)(Stream) = nullptr;
   int (*StreamSynchronize)(Stream) = nullptr;
-  // cudaMemcpyAsync(dst, src, bytes, kind, stream); kind 1 = host to device.
+  // cudaMemcpyAsync(dst, src, bytes, kind, stream); kind 1 = host to device,
+  // 2 = device to host.
   int (*MemcpyAsync)(void*, const void*, size_t, int, Stream) = nullptr;
   const char* (*GetErrorString)(int) = nullptr;
 

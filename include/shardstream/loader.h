@@ -122,6 +122,9 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   HostMemoryKind memory_kind = HostMemoryKind::kPageable;
   uint64_t slot_bytes = 0, slots = 0;
   uint64_t heap_spills = 0;    // batches whose byte fields spilled to the heap
+  // Slots that were lent again only after the device finished an
+  // asynchronous copy from them (pinned memory; see pinned_pool.h).
+  uint64_t copy_waits = 0;
   // Where the pipeline waited (seconds since Create): the assembler for a
   // lane to get a sample (reading or the source is the bottleneck), and for the
   // caller (queue full or every slot held: the training loop is the
@@ -151,6 +154,9 @@ class SHARDSTREAM_EXPORT Loader {
   // offset; the epoch then stops (later calls return it again).
   // Returns kCancelled after Stop().
   Result<Batch> next();
+  // Whether next() would return at once: a batch, the epoch's end or an
+  // error is ready. Same thread rules as next().
+  bool ready() const;
 
   // Starts epoch `epoch` from its beginning (discarding what is in flight).
   // On failure returns kConfig as Create does.

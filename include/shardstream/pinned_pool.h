@@ -7,6 +7,15 @@
 // CUDA is loaded at run time (dlopen of libcudart), so the library needs CUDA
 // neither to build nor to run.
 //
+// Asynchronous copies: `.cuda(non_blocking=True)` of a batch (or the C++
+// cudaMemcpyAsync) only queues the copy, so a slot dropped right after may
+// still be read by the device. A pinned slot therefore records a CUDA event
+// on the legacy default stream (PyTorch's default stream) when it comes back,
+// in the thread that dropped it, and the pool waits for that event before it
+// lends the slot again. Copies queued on other, non-blocking streams are not
+// covered: keep the batch until that stream has passed the copy, as with any
+// pinned memory PyTorch's own allocator did not hand out.
+//
 // Thread-safety: all BufferPool methods are thread-safe. A lent HostBuffer
 // may outlive its pool.
 #ifndef SHARDSTREAM_PINNED_POOL_H_
@@ -27,6 +36,8 @@ enum class HostMemoryKind { kPageable, kCudaPinned };
 
 SHARDSTREAM_EXPORT const char* HostMemoryKindName(HostMemoryKind kind);
 
+class HostBuffer;
+
 // Allocates and frees host memory of one kind.
 class SHARDSTREAM_EXPORT HostAllocator {
  public:
@@ -35,6 +46,15 @@ class SHARDSTREAM_EXPORT HostAllocator {
   // On failure returns kIo (out of memory / pinned allocation failed).
   virtual Result<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* p, size_t bytes) = 0;
+  // Device work that may still read a buffer (see above): Fence is called in
+  // the thread that returns the buffer to its pool and marks the work queued
+  // so far; WaitFence, before the buffer is written again, blocks until that
+  // work is done and returns whether it had to wait. Pageable memory has no
+  // device reader, so the defaults do nothing.
+  virtual void Fence(HostBuffer* b);
+  virtual bool WaitFence(HostBuffer* b);
+  // Releases what Fence kept for the buffer (before Free).
+  virtual void DropFence(HostBuffer* b);
 };
 
 // Pageable memory aligned to 4 KiB (so DMA-friendly and SIMD-safe).
@@ -55,10 +75,20 @@ class SHARDSTREAM_EXPORT HostBuffer {
   size_t capacity() const { return capacity_; }
   HostMemoryKind kind() const { return kind_; }
 
+  // The allocator's record of device work on this buffer (a CUDA event and
+  // its device); only the allocator's Fence/WaitFence/DropFence touch it.
+  struct FenceState {
+    void* event = nullptr;
+    int device = -1;
+    bool pending = false;
+  };
+  FenceState& fence() { return fence_; }
+
  private:
   void* data_;
   size_t capacity_;
   HostMemoryKind kind_;
+  FenceState fence_;
 };
 
 struct BufferPoolOptions {
@@ -79,6 +109,7 @@ struct BufferPoolStats {
   uint64_t in_use = 0;       // buffers lent out now
   uint64_t waits = 0;        // Acquire calls that had to wait for a return
   uint64_t waiting = 0;      // Acquire calls waiting now
+  uint64_t fence_waits = 0;  // slots lent only after waiting for the device to copy them
 };
 
 class SHARDSTREAM_EXPORT BufferPool {

@@ -12,6 +12,7 @@ _COUNTERS = {
     "skipped_shards": "Shards skipped by the error policy",
     "direct_samples": "Token documents read straight into their batches",
     "heap_spills": "Batches whose variable-length fields spilled to the heap",
+    "copy_waits": "Batch slots reused only after the GPU finished copying them",
     "reader_wait_seconds": "Seconds the assembler waited for a lane to get a sample",
     "caller_wait_seconds": "Seconds the assembler waited for the caller (queue full or no free slot)",
 }

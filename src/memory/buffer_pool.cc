@@ -31,7 +31,10 @@ struct BufferPool::State {
   size_t block_bytes = 0;
 
   ~State() {
-    for (auto& b : all) options.allocator->Free(b->data(), options.slot_bytes);
+    for (auto& b : all) {
+      options.allocator->DropFence(b.get());
+      options.allocator->Free(b->data(), options.slot_bytes);
+    }
     for (void* p : free_blocks) std::free(p);
   }
 };
@@ -89,6 +92,8 @@ struct BlockAllocator {
 struct ReturnSlot {
   BufferPool::State* state;
   void operator()(HostBuffer* b) const {
+    // In the dropping thread, which queued any copy from the slot.
+    state->options.allocator->Fence(b);
     {
       std::lock_guard<std::mutex> l(state->mu);
       state->free_slots.push_back(b);
@@ -163,7 +168,12 @@ Result<std::shared_ptr<HostBuffer>> BufferPool::Acquire(std::chrono::millisecond
     ++s.stats.in_use;
     if (waited) ++s.stats.waits;
   }
-  // Outside the lock: the control block allocator takes it.
+  // Outside the lock: a copy from the slot may still be in flight, and the
+  // control block allocator takes the lock.
+  if (s.options.allocator->WaitFence(buffer)) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.stats.fence_waits;
+  }
   return std::shared_ptr<HostBuffer>(buffer, ReturnSlot{state_.get()},
                                      BlockAllocator<HostBuffer>(state_));
 }

@@ -734,6 +734,13 @@ Result<Batch> Loader::next() {
   return r;
 }
 
+bool Loader::ready() const {
+  const Impl& m = *impl_;
+  if (m.stopped || m.cancelled.load() || !m.sticky.ok() || m.ended) return true;
+  if (m.batch_target >= 0 && m.returned >= m.batch_target) return true;
+  return m.run != nullptr && m.run->queue().size() > 0;
+}
+
 Status Loader::set_epoch(int64_t epoch) {
   if (impl_->stopped) return Status::Cancelled("loader stopped");
   impl_->partial.clear();
@@ -863,6 +870,7 @@ LoaderStats Loader::stats() const {
   s.slot_bytes = c.slot_bytes;
   s.slots = static_cast<uint64_t>(std::max<int64_t>(m.opt.prefetch, 1)) + 2;
   s.heap_spills = c.heap_spills;
+  s.copy_waits = c.copy_waits;
   s.reader_wait_seconds = static_cast<double>(c.consumer_wait_ns.load()) / 1e9;
   s.caller_wait_seconds = static_cast<double>(c.caller_wait_ns.load()) / 1e9;
   return s;

@@ -194,6 +194,7 @@ Status LoaderRun::Emit(Batch&& b) {
     counters_->slot_bytes = src.pool()->slot_bytes();
     counters_->memory_kind = static_cast<int>(src.pool()->kind());
     counters_->heap_spills = src.writer().overflows();
+    counters_->copy_waits = src.pool()->stats().fence_waits;
   }
   const auto t0 = std::chrono::steady_clock::now();
   Status s = queue_.Push(std::move(b));  // blocks while the queue is full

@@ -33,6 +33,7 @@ struct RunCounters : LaneCounters {
   std::atomic<int64_t> queue_depth{0};
   std::atomic<uint64_t> decode_skips{0};
   std::atomic<uint64_t> heap_spills{0};
+  std::atomic<uint64_t> copy_waits{0};
   std::atomic<uint64_t> slot_bytes{0}, slots{0};
   std::atomic<int> memory_kind{0};
   std::atomic<uint64_t> caller_wait_ns{0};  // the assembler blocked on a full queue or no free slot

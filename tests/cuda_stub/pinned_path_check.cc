@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "shardstream/loader.h"
 #include "shardstream/pinned_pool.h"
 #include "support/loader_fixture.h"
@@ -68,6 +70,86 @@ TEST(WithDevice, LoaderBatchesLiveInPinnedSlots) {
     EXPECT_EQ(Counter("fake_cudart_allocs") - allocs, static_cast<int>(s.slots));
   }
   EXPECT_EQ(Counter("fake_cudart_frees") - frees, Counter("fake_cudart_allocs") - allocs);
+}
+
+// The stand-in driver's switch for this thread's context.
+void MakeContextCurrent(bool on) {
+  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr) << "the stand-in driver is not loaded";
+  auto set = reinterpret_cast<void (*)(int)>(::dlsym(lib, "fake_cuda_make_current"));
+  ASSERT_NE(set, nullptr);
+  set(on ? 1 : 0);
+  ::dlclose(lib);
+}
+
+// A slot dropped right after an asynchronous copy was queued from it is
+// lent again only once the copy's event has completed; a slot dropped in a
+// thread that never used CUDA records nothing (no context is made there).
+TEST(WithDevice, ASlotIsReusedOnlyAfterTheCopyFromItIsDone) {
+  ASSERT_NE(CudaPinnedAllocator(), nullptr);
+  const int events = Counter("fake_cudart_events_live");
+  {
+    BufferPoolOptions o;
+    o.slot_bytes = 1 << 16;
+    o.slots = 1;
+    auto pool = BufferPool::Create(o);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    MakeContextCurrent(true);
+    const int records = Counter("fake_cudart_event_records");
+    const int syncs = Counter("fake_cudart_event_syncs");
+    {
+      auto slot = (*pool)->Acquire();
+      ASSERT_TRUE(slot.ok());
+    }  // dropped by a thread with a context: an event marks the queued copies
+    EXPECT_EQ(Counter("fake_cudart_event_records"), records + 1);
+    EXPECT_EQ(Counter("fake_cudart_event_syncs"), syncs);
+    std::shared_ptr<HostBuffer> again;
+    std::thread reader([&] {
+      auto slot = (*pool)->Acquire();  // the loader's thread: waits on the event
+      if (slot.ok()) again = *slot;
+    });
+    reader.join();
+    ASSERT_NE(again, nullptr);
+    EXPECT_EQ(Counter("fake_cudart_event_syncs"), syncs + 1);
+    EXPECT_EQ(Counter("fake_cudart_set_device"), 0);  // the event's device
+    EXPECT_EQ((*pool)->stats().fence_waits, 1u);
+
+    std::thread other([&] { again.reset(); });  // no context in that thread
+    other.join();
+    EXPECT_EQ(Counter("fake_cudart_event_records"), records + 1);
+    auto third = (*pool)->Acquire();
+    ASSERT_TRUE(third.ok());
+    EXPECT_EQ(Counter("fake_cudart_event_syncs"), syncs + 1);
+    EXPECT_EQ((*pool)->stats().fence_waits, 1u);
+    MakeContextCurrent(false);
+  }
+  EXPECT_EQ(Counter("fake_cudart_events_live"), events);  // destroyed with the pool
+}
+
+TEST(WithDevice, LoaderCountsCopyWaits) {
+  testing::TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), testing::DatasetSpec{});
+  LoaderOptions o = testing::FieldOptions(d.manifest);
+  o.allocator = nullptr;
+  auto l = Loader::Create(o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  MakeContextCurrent(true);
+  const int syncs = Counter("fake_cudart_event_syncs");
+  int64_t batches = 0;
+  for (;;) {
+    auto b = (*l)->next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    if (b->empty()) break;
+    ++batches;
+  }  // each batch dropped here, by a thread with a context
+  MakeContextCurrent(false);
+  const LoaderStats s = (*l)->stats();
+  const int waited = Counter("fake_cudart_event_syncs") - syncs;
+  // More batches than slots: later ones reused slots dropped with an event.
+  ASSERT_GT(batches, static_cast<int64_t>(s.slots));
+  EXPECT_GT(waited, 0);
+  EXPECT_LE(s.copy_waits, static_cast<uint64_t>(waited));
+  EXPECT_GT(s.copy_waits, 0u);
 }
 
 TEST(NoDevice, RuntimeWithoutADeviceMeansPageable) {

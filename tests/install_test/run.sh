@@ -39,6 +39,8 @@ if [[ -n "$stub_dir" ]]; then
   grep -q "cudaMemcpyAsync" <<<"$dev" || { echo "example (cuda): $dev"; exit 1; }
   grep -q "^epoch 1: " <<<"$dev" || { echo "example (cuda): $dev"; exit 1; }
   grep -q "cuda_pinned" <<<"$dev" || { echo "example (cuda): $dev"; exit 1; }
+  grep -q "^epoch 1: the last batch's .* bytes read back from the device match" <<<"$dev" ||
+    { echo "example (cuda): $dev"; exit 1; }
   # Every batch tensor copied: nonzero copies, and every pinned slot freed.
   report=$(grep "^fake_cudart:" <<<"$dev")
   read -r _ allocs _ frees _ copies _ bytes _ <<<"$report"
