@@ -18,8 +18,13 @@ Several --data with a --weight each are mixed (each epoch takes each data set's
 share of --epoch-size); one --data without weights is read as it is.
 
 --stop-after N saves a checkpoint after N steps of the run and exits (an
-interruption); the next launch with the same --ckpt resumes from it. Each rank
-writes what it trained on to --out (for the tests).
+interruption); the next launch with the same --ckpt resumes from it. The
+checkpoint is a torch.distributed.checkpoint save through shardstream.dcp:
+every rank writes its own file, the step is committed atomically once all are
+durable (--ckpt must be a directory every node shares, as for DCP's own
+FileSystemWriter; --ckpt-remote uploads it in the background), and each
+rank's data position goes with the model and optimizer. Each rank writes what
+it trained on to --out (for the tests).
 """
 
 import argparse
@@ -28,8 +33,11 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
+from shardstream import dcp as sdcp
 from shardstream.torch import ShardDataset
 
 VOCAB = 97
@@ -55,6 +63,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", required=True, help="this node's shard cache directory")
     ap.add_argument("--cache-limit", default="4GiB")
     ap.add_argument("--ckpt", required=True, help="checkpoint directory every node can read")
+    ap.add_argument("--ckpt-remote", default=None, help="upload checkpoints here (s3://, file://)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seq-len", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -87,17 +96,31 @@ def main() -> None:
                       cache_dir=args.cache_dir, cache_limit=args.cache_limit,
                       tokens={"field": "tokens.npy", "seq_len": args.seq_len + 1, "eod_token": 0})
     model = DistributedDataParallel(TinyLm())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train_state(step: int, epoch: int) -> dict:
+        model_sd, opt_sd = get_state_dict(model, opt)
+        return {"model": model_sd, "opt": opt_sd, "progress": torch.tensor([step, epoch]),
+                **sdcp.loader_state(ds)}  # this rank's data position, one entry per rank
 
     step, epoch = 0, 0
-    path = os.path.join(args.ckpt, "latest.pt")
-    resumed = os.path.exists(path)
+    try:
+        reader = sdcp.Reader(args.ckpt, remote=args.ckpt_remote)  # newest intact step
+    except FileNotFoundError:
+        reader = None
+    resumed = reader is not None
     if resumed:
-        ckpt = torch.load(path, weights_only=False)
-        model.module.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["opt"])
-        step, epoch = ckpt["step"], ckpt["epoch"]
-        ds.load_state_dict(ckpt["data"][rank])  # this rank's own share: it resumes exactly
+        with reader:
+            state = train_state(0, 0)
+            state = {k: v for k, v in state.items() if not k.startswith(sdcp.LOADER_KEY)}
+            dcp.load(state, storage_reader=reader)
+            set_state_dict(model, opt, model_state_dict=state["model"],
+                           optim_state_dict=state["opt"])
+            step, epoch = (int(x) for x in state["progress"])
+            # Every saved rank's position, merged: exact also on another world size.
+            sdcp.restore_loader(ds, reader)
+        if rank == 0:
+            print(f"resumed from {reader.checkpoint.name}: step {step}, epoch {epoch}", flush=True)
     seen = []
     while epoch < args.epochs:
         if not resumed:
@@ -117,14 +140,15 @@ def main() -> None:
             steps += 1
             seen.append({"epoch": epoch, "keys": batch["__key__"]})
             if args.stop_after and step == args.stop_after:
-                # Every rank's data state, the model and the optimizer, in one file.
-                states = [None] * world
-                dist.all_gather_object(states, ds.state_dict())
+                # Each rank writes its own shard of the state; the step is committed
+                # once every rank's files are durable.
+                writer = sdcp.Writer(args.ckpt, step=step, remote=args.ckpt_remote)
+                dcp.save(train_state(step, epoch), storage_writer=writer)
                 if rank == 0:
-                    os.makedirs(args.ckpt, exist_ok=True)
-                    torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
-                                "step": step, "epoch": epoch, "data": states}, path + ".tmp")
-                    os.replace(path + ".tmp", path)
+                    m = writer.manifest
+                    print(f"saved {m['name']} with shardstream.dcp: {len(m['files'])} files, "
+                          f"{m['bytes']} bytes from {world} ranks, committed", flush=True)
+                sdcp.close_all()  # waits for the upload, if any
                 dist.barrier()
                 write_out(args.out, rank, seen, step)
                 dist.destroy_process_group()

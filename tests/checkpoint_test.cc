@@ -124,6 +124,57 @@ TEST(CheckpointWriterTest, RotationKeepsLastNEveryMthLatestAndInUse) {
   EXPECT_TRUE(fs::exists(tmp.Join("ckpt-000004")));
 }
 
+TEST(CheckpointReadPinTest, RotationKeepsAPinnedCheckpointUntilTheReaderLetsGo) {
+  testing::TempDir tmp;
+  CheckpointWriterOptions o;
+  o.keep_last = 1;
+  auto w = OpenOrDie(tmp.path(), o);
+  ASSERT_TRUE(w->SaveFiles(1, StepFiles(1)).ok());
+  auto pin = CheckpointReadPin::Acquire(tmp.Join("ckpt-000001"));
+  ASSERT_TRUE(pin.ok()) << pin.status();
+  EXPECT_TRUE(pin->held());
+  // A reader in another process pins ckpt-000002 and waits for a byte.
+  ASSERT_TRUE(w->SaveFiles(2, StepFiles(2)).ok());
+  EXPECT_TRUE(fs::exists(tmp.Join("ckpt-000001")));  // pinned here: kept
+  int go[2], ready[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    pin->Release();  // the parent's pin (a shared open file) is the parent's
+    auto p = CheckpointReadPin::Acquire(tmp.Join("ckpt-000002"));
+    char c = p.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    (void)!::read(go[0], &c, 1);
+    auto m = ReadCheckpointManifest(*DefaultSource(), tmp.Join("ckpt-000002"));
+    ::_exit(m.ok() && CheckStepFiles(*DefaultSource(), tmp.Join("ckpt-000002"), *m).empty() ? 0
+                                                                                            : 1);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  ASSERT_TRUE(w->SaveFiles(3, StepFiles(3)).ok());
+  EXPECT_TRUE(fs::exists(tmp.Join("ckpt-000001")));
+  EXPECT_TRUE(fs::exists(tmp.Join("ckpt-000002")));  // pinned by the child
+  pin->Release();
+  ASSERT_TRUE(w->RotateNow().ok());
+  EXPECT_FALSE(fs::exists(tmp.Join("ckpt-000001")));  // released: rotated now
+  EXPECT_TRUE(fs::exists(tmp.Join("ckpt-000002")));
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);  // read it whole
+  ASSERT_TRUE(w->RotateNow().ok());  // the child is gone with its pin
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"LOCK", "ckpt-000003", "latest"}));
+  // A rotated checkpoint cannot be pinned; a remote one pins nothing.
+  auto gone = CheckpointReadPin::Acquire(tmp.Join("ckpt-000001"));
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status();
+  EXPECT_NE(gone.status().message().find("ckpt-000001"), std::string::npos);
+  auto remote = CheckpointReadPin::Acquire("mem://x/ckpt-000001");
+  ASSERT_TRUE(remote.ok());
+  EXPECT_FALSE(remote->held());
+}
+
 TEST(CheckpointWriterTest, SecondWriterIsRefusedAlsoFromAnotherProcess) {
   testing::TempDir tmp;
   auto w = OpenOrDie(tmp.path());

@@ -78,6 +78,33 @@ SHARDSTREAM_EXPORT Status VerifyCheckpoint(Source& source, const std::string& ck
 // The name in <dir>/latest, or NotFound.
 SHARDSTREAM_EXPORT Result<std::string> ReadLatestPointer(Source& source, const std::string& dir);
 
+// Holds a committed checkpoint against rotation while a process reads it: a
+// shared flock on its manifest.json, which a writer's rotation (in any
+// process on the machine, or over NFS) tries to take exclusively before it
+// moves the checkpoint away, keeping it while any pin is held. Local
+// directories only; elsewhere (mem://, remotes) a pin holds nothing.
+// Movable, not copyable; the pin is released when it is destroyed or
+// Release()d. Thread-safety: distinct pins are independent.
+class SHARDSTREAM_EXPORT CheckpointReadPin {
+ public:
+  // Pins ckpt_url (a checkpoint directory). On failure returns NotFound if it
+  // is gone (rotated away; resolve the newest again), kUnavailable while a
+  // rotation is removing it, or the I/O error.
+  static Result<CheckpointReadPin> Acquire(const std::string& ckpt_url);
+  CheckpointReadPin() = default;
+  CheckpointReadPin(CheckpointReadPin&& o) noexcept;
+  CheckpointReadPin& operator=(CheckpointReadPin&& o) noexcept;
+  CheckpointReadPin(const CheckpointReadPin&) = delete;
+  CheckpointReadPin& operator=(const CheckpointReadPin&) = delete;
+  ~CheckpointReadPin();
+
+  bool held() const { return fd_ >= 0; }
+  void Release();
+
+ private:
+  int fd_ = -1;
+};
+
 struct CheckpointWriterOptions {
   // Where the directory lives. Default: DefaultSource().
   std::shared_ptr<Source> source;
@@ -87,7 +114,8 @@ struct CheckpointWriterOptions {
   // (0: none). Default: 0.
   int64_t keep_every_steps = 0;
   // Rotation keeps a checkpoint while this returns true for its name (wire
-  // it to Uploader::InUse). Default: none.
+  // it to Uploader::InUse), and always while a CheckpointReadPin holds it.
+  // Default: none.
   std::function<bool(const std::string& name)> in_use;
   // Called after a checkpoint is committed (latest durable), before rotation
   // (wire it to Uploader::Enqueue). Default: none.

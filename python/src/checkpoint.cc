@@ -8,13 +8,18 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "common/log.h"
 #include "interruptible.h"
+#include "shardstream/checksum.h"
+#include "shardstream/source.h"
 #include "shardstream/uploader.h"
+#include "shardstream/url.h"
 #include "status_to_exception.h"
 
 namespace py = pybind11;
@@ -94,13 +99,29 @@ class PyCheckpointWriter {
  public:
   PyCheckpointWriter(const std::string& dir, int keep_last, int64_t keep_every_steps,
                      const std::string& remote, int remote_keep_last,
-                     int64_t remote_keep_every_steps)
+                     int64_t remote_keep_every_steps, double abort_stale_after_s)
       : remote_(remote) {
     if (!remote.empty()) {
       UploaderOptions uo;
       uo.keep_last = remote_keep_last;
       uo.keep_every_steps = remote_keep_every_steps;
       uploader_ = ValueOrThrow(Unlocked([&] { return Uploader::Create(dir, remote, uo); }));
+      // One writer owns a remote: multipart uploads pending under it were
+      // left by a process killed mid-upload, and would be billed forever.
+      if (abort_stale_after_s >= 0) {
+        Result<int> n = Unlocked([&] {
+          return uploader_->AbortStaleUploads(static_cast<int64_t>(abort_stale_after_s * 1000));
+        });
+        if (n.ok()) {
+          aborted_stale_ = *n;
+          if (*n > 0)
+            internal::Log().info("aborted {} stale multipart upload(s) under {}", *n,
+                                 RedactUrl(remote));
+        } else {
+          internal::Log().warn("cannot list stale multipart uploads under {}: {}",
+                               RedactUrl(remote), n.status().ToString());
+        }
+      }
     }
     CheckpointWriterOptions o;
     o.keep_last = keep_last;
@@ -183,6 +204,45 @@ class PyCheckpointWriter {
     if (uploader_) uploader_->RetryFailed();
   }
 
+  // A hidden temporary directory under the writer's directory, removed by
+  // the next Open unless committed: where several processes write one
+  // checkpoint's files (shardstream.dcp).
+  std::string NewTempDir(const std::string& tag) {
+    return ValueOrThrow(Unlocked([&] { return writer_->NewTempDir(tag); }));
+  }
+
+  // Commits the files already written and fsynced into tmp_url (name, size,
+  // checksum each): manifest.json is written and synced, then the directory
+  // is published as ckpt-<step> exactly as a save commits (directory syncs,
+  // rename, `latest`, upload, rotation).
+  py::dict CommitDirectory(const std::string& tmp_url, int64_t step, const py::list& files,
+                           const std::string& metadata_json) {
+    CheckpointManifest m;
+    m.step = step;
+    m.name = CheckpointName(step);
+    m.time_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    m.metadata_json = metadata_json;
+    for (const py::handle& h : files) {
+      auto t = h.cast<py::tuple>();
+      m.files.push_back(CheckpointFile{t[0].cast<std::string>(), t[1].cast<uint64_t>(),
+                                       t[2].cast<std::string>()});
+    }
+    // The text must parse back as a manifest (names, checksums, metadata).
+    const std::string text = FormatCheckpointManifest(m);
+    ValueOrThrow(ParseCheckpointManifest(text, tmp_url));
+    Result<CheckpointManifest> r = Unlocked([&]() -> Result<CheckpointManifest> {
+      SHARDSTREAM_RETURN_IF_ERROR(
+          WriteFileAtomic(writer_->source(), JoinUrl(tmp_url, "manifest.json"), text));
+      return writer_->CommitDirectory(tmp_url, m);
+    });
+    return ManifestToDict(ValueOrThrow(std::move(r)));
+  }
+
+  const std::string& Dir() const { return writer_->dir(); }
+  int AbortedStale() const { return aborted_stale_; }
+
  private:
   bool AnyFailed() const {
     for (const UploadStatus& s : uploader_->Statuses())
@@ -191,6 +251,7 @@ class PyCheckpointWriter {
   }
 
   std::string remote_;
+  int aborted_stale_ = 0;
   std::unique_ptr<Uploader> uploader_;  // destroyed after writer_ (declared first)
   std::unique_ptr<CheckpointWriter> writer_;
 };
@@ -205,16 +266,43 @@ void RegisterCheckpoint(py::module_& m) {
       .def("abort", &PySave::Abort);
   py::class_<PyCheckpointWriter>(m, "CheckpointWriter",
                                  "Native checkpoint writer; use shardstream.CheckpointManager.")
-      .def(py::init<const std::string&, int, int64_t, const std::string&, int, int64_t>(),
+      .def(py::init<const std::string&, int, int64_t, const std::string&, int, int64_t, double>(),
            py::arg("dir"), py::arg("keep_last"), py::arg("keep_every_steps"), py::arg("remote"),
-           py::arg("remote_keep_last") = 0, py::arg("remote_keep_every_steps") = 0)
+           py::arg("remote_keep_last") = 0, py::arg("remote_keep_every_steps") = 0,
+           py::arg("abort_stale_after_s") = 0.0)
       .def("begin_save", &PyCheckpointWriter::BeginSave, py::arg("step"),
            py::arg("metadata_json") = "{}")
       .def("restore_latest", &PyCheckpointWriter::RestoreLatest, py::arg("verify") = true)
       .def("list", &PyCheckpointWriter::List)
       .def("uploads", &PyCheckpointWriter::Uploads)
       .def("wait_uploads", &PyCheckpointWriter::WaitUploads, py::arg("timeout_s") = -1.0)
-      .def("retry_failed", &PyCheckpointWriter::RetryFailed);
+      .def("retry_failed", &PyCheckpointWriter::RetryFailed)
+      .def("new_temp_dir", &PyCheckpointWriter::NewTempDir, py::arg("tag"))
+      .def("commit_directory", &PyCheckpointWriter::CommitDirectory, py::arg("tmp_url"),
+           py::arg("step"), py::arg("files"), py::arg("metadata_json") = "{}")
+      .def_property_readonly("dir", &PyCheckpointWriter::Dir)
+      .def_property_readonly("aborted_stale", &PyCheckpointWriter::AbortedStale);
+
+  // Holds a checkpoint directory against rotation while it is read.
+  py::class_<CheckpointReadPin>(m, "CheckpointReadPin")
+      .def(py::init([](const std::string& url) {
+             return ValueOrThrow(Unlocked([&] { return CheckpointReadPin::Acquire(url); }));
+           }),
+           py::arg("url"))
+      .def_property_readonly("held", &CheckpointReadPin::held)
+      .def("release", &CheckpointReadPin::Release);
+
+  // xxh3_128 of a byte stream, as checkpoint manifests record it.
+  py::class_<Hasher>(m, "Hasher")
+      .def(py::init([] { return ValueOrThrow(Hasher::Create("xxh3_128")); }))
+      .def("update",
+           [](Hasher& h, const py::buffer& data) {
+             py::buffer_info info = data.request();
+             const size_t n = static_cast<size_t>(info.size * info.itemsize);
+             py::gil_scoped_release release;
+             h.Update(info.ptr, n);
+           })
+      .def("digest", [](Hasher& h) { return h.Finish(); });
 }
 
 }  // namespace shardstream::python

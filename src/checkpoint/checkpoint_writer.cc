@@ -217,12 +217,21 @@ Status CheckpointWriter::Rotate(const std::string& keep_name) {
   auto latest = ReadLatestPointer(*source_, dir_);
   size_t n = ckpts.size();
   std::vector<std::string> trash_urls;
+  // Held until the trash is gone: no reader can pin what is being removed.
+  std::vector<internal::RemovalHold> holds;
   for (size_t i = 0; i < n; ++i) {
     const auto& [step, name] = ckpts[i];
     bool keep = internal::KeptByPolicy(i, n, step, options_.keep_last, options_.keep_every_steps) ||
                 name == keep_name || (latest.ok() && *latest == name) ||
                 (options_.in_use && options_.in_use(name));
     if (keep) continue;
+    SHARDSTREAM_ASSIGN_OR_RETURN(internal::RemovalHold hold,
+                                 internal::HoldForRemoval(JoinUrl(dir_, name)));
+    if (hold.pinned) {
+      internal::Log().debug("checkpoint rotation keeps {}: a reader holds it", name);
+      continue;
+    }
+    holds.push_back(std::move(hold));
     // Rename first: a checkpoint half deleted must never be visible.
     std::string trash = JoinUrl(dir_, internal::kTrashPrefix + name + "-" + RandomSuffix());
     SHARDSTREAM_RETURN_IF_ERROR(source_->Rename(JoinUrl(dir_, name), trash));

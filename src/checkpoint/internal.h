@@ -32,11 +32,18 @@ inline constexpr const char* kChecksumAlgorithm = "xxh3_128";
 inline constexpr const char* kTempPrefix = ".tmp-";
 inline constexpr const char* kTrashPrefix = ".trash-";
 
-// A file name inside a checkpoint: non-empty, no '/', not hidden, not ours.
+// torch.distributed.checkpoint's global metadata file: the one name with a
+// leading '.' a checkpoint may hold (others are this library's temporaries),
+// so a checkpoint written by shardstream.dcp stays readable by DCP's own
+// FileSystemReader.
+inline constexpr const char* kDcpMetadataName = ".metadata";
+
+// A file name inside a checkpoint: non-empty, no '/', not hidden (but for
+// DCP's metadata), not ours.
 inline bool ValidFileName(std::string_view n) {
   return !n.empty() && n.size() <= 255 && n.find('/') == std::string_view::npos &&
-         n.find('\0') == std::string_view::npos && n[0] != '.' && n != kManifestName &&
-         n != kCommitName;
+         n.find('\0') == std::string_view::npos && (n[0] != '.' || n == kDcpMetadataName) &&
+         n != kManifestName && n != kCommitName;
 }
 
 // Milliseconds since the epoch.
@@ -50,6 +57,20 @@ inline bool KeptByPolicy(size_t i, size_t n, int64_t step, int64_t keep_last,
   return i + static_cast<size_t>(keep_last) >= n ||
          (keep_every_steps > 0 && step % keep_every_steps == 0);
 }
+
+// Rotation's side of CheckpointReadPin: an exclusive flock on a checkpoint's
+// manifest.json, held while it is renamed away and removed, so that no pin
+// can be taken on it meanwhile. `pinned`: a reader holds it; keep it.
+struct RemovalHold {
+  int fd = -1;
+  bool pinned = false;
+  RemovalHold() = default;
+  RemovalHold(RemovalHold&& o) noexcept : fd(o.fd), pinned(o.pinned) { o.fd = -1; }
+  RemovalHold(const RemovalHold&) = delete;
+  RemovalHold& operator=(const RemovalHold&) = delete;
+  ~RemovalHold();
+};
+Result<RemovalHold> HoldForRemoval(const std::string& ckpt_url);
 
 }  // namespace internal
 

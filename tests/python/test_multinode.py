@@ -93,7 +93,10 @@ def launch(url, tmp_path, phase, stop_after=0):
 def test_two_nodes_train_resume_and_serve_later_epochs_from_their_caches(served, tmp_path):
     first = launch(served, tmp_path, "first", stop_after=4)
     assert [r["step"] for r in first] == [4] * 4
-    assert os.path.exists(tmp_path / "ckpt" / "latest.pt")
+    # A sharded checkpoint (shardstream.dcp): one file per rank, committed as one step.
+    assert (tmp_path / "ckpt" / "latest").read_text() == "ckpt-000004\n"
+    files = json.loads((tmp_path / "ckpt" / "ckpt-000004" / "manifest.json").read_text())["files"]
+    assert sorted(f["name"] for f in files) == [".metadata"] + [f"__{r}_0.distcp" for r in range(4)]
     second = launch(served, tmp_path, "second")
     steps = {r["step"] for r in second}
     assert len(steps) == 1 and steps.pop() > 4, "every rank took the same number of steps"

@@ -13,10 +13,19 @@ forwarded to the target. M is an HTTP control server:
                      reach the client)
   POST /reset_next  {"bytes": N}: the next connection accepted is reset once
                      N bytes have been forwarded to its client
+  POST /reset_first  {"bytes": N}: the first connection (open now or later) to
+                     have forwarded N bytes to its client is reset; once
   POST /rate         {"bytes_per_s": R}: forward at most R bytes/s to each
                      client from now on (0: no limit)
+  POST /status_next  {"count": N, "status": 503, "method": "PUT"}: the next N
+                     requests of that method (any: "") on new connections are
+                     answered by the proxy itself with that status and an S3
+                     error body (SlowDown for 503, InternalError else), their
+                     body read first, and the connection closed; open
+                     connections are reset now so the client reconnects
   GET  /stats        {"connections": accepted in all, "resets": done,
-                     "open": open now, "bytes_to_clients": forwarded in all}
+                     "open": open now, "bytes_to_clients": forwarded in all,
+                     "statuses": requests answered by /status_next}
 Each connection is pumped by its own thread with non-blocking sockets and
 1 MiB buffers (no per-byte Python work). Exits when its parent does.
 """
@@ -44,12 +53,18 @@ class Proxy:
         self.bytes_done = 0  # of closed connections
         self.next_reset = None  # reset_at of the next connection accepted
         self.rate = 0  # bytes/s to each client, 0: unlimited
+        self.reset_first = None  # bytes after which the first connection is reset
+        self.status_left = 0  # requests still to answer with self.status
+        self.status = 503
+        self.status_method = ""
+        self.statuses = 0
 
     def stats(self):
         with self.lock:
             return {"connections": self.connections, "resets": self.resets,
                     "open": len(self.conns),
-                    "bytes_to_clients": self.bytes_done + sum(c.down for c in self.conns)}
+                    "bytes_to_clients": self.bytes_done + sum(c.down for c in self.conns),
+                    "statuses": self.statuses}
 
     def arm(self, after):
         """Reset each open connection after `after` more bytes (0: now)."""
@@ -61,6 +76,11 @@ class Proxy:
     def serve(self, listener):
         while True:
             client, _ = listener.accept()
+            with self.lock:
+                answer = self.status_left > 0
+            if answer:
+                threading.Thread(target=self.answer_status, args=(client,), daemon=True).start()
+                continue
             try:
                 upstream = socket.create_connection(self.target)
             except OSError:
@@ -72,6 +92,56 @@ class Proxy:
                 self.connections += 1
                 self.conns.add(conn)
             threading.Thread(target=conn.run, daemon=True).start()
+
+
+    def answer_status(self, client):
+        """Reads one request (head and Content-Length body) and answers it with the armed
+        status, or forwards the connection when its method is not the one armed."""
+        try:
+            client.settimeout(10)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = client.recv(65536)
+                if not chunk:
+                    return client.close()
+                head += chunk
+            head, _, body = head.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method = lines[0].split(" ")[0]
+            headers = {k.strip().lower(): v.strip() for k, _, v in
+                       (ln.partition(":") for ln in lines[1:])}
+            with self.lock:
+                take = self.status_left > 0 and self.status_method in ("", method)
+                if take:
+                    self.status_left -= 1
+                    self.statuses += 1
+                code = self.status
+            if not take:  # not ours: forward it, the bytes read first
+                upstream = socket.create_connection(self.target)
+                upstream.sendall(head + b"\r\n\r\n" + body)
+                conn = Conn(self, client, upstream)
+                with self.lock:
+                    self.connections += 1
+                    self.conns.add(conn)
+                client.settimeout(None)
+                return conn.run()
+            if headers.get("expect", "").lower() != "100-continue":
+                left = int(headers.get("content-length", "0")) - len(body)
+                while left > 0:
+                    chunk = client.recv(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+            name = "SlowDown" if code == 503 else "InternalError"
+            text = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{name}</Code>"
+                    f"<Message>injected by fault_proxy</Message></Error>").encode()
+            client.sendall(f"HTTP/1.1 {code} {name}\r\nContent-Type: application/xml\r\n"
+                           f"Content-Length: {len(text)}\r\nConnection: close\r\n\r\n"
+                           .encode() + text)
+        except OSError:
+            pass
+        finally:
+            client.close()
 
 
 class Conn:
@@ -124,6 +194,13 @@ class Conn:
         while True:
             if self.reset_at is not None and self.down >= self.reset_at:
                 return self._reset()
+            first = self.proxy.reset_first
+            if first is not None and self.down >= first:
+                with self.proxy.lock:
+                    mine = self.proxy.reset_first is not None
+                    self.proxy.reset_first = None
+                if mine:
+                    return self._reset()
             if eof[c] and eof[u] and pending[c] is None and pending[u] is None:
                 return
             for s in (c, u):
@@ -203,6 +280,18 @@ def make_control(proxy):
             if self.path == "/reset_next":
                 with proxy.lock:
                     proxy.next_reset = int(json.loads(data)["bytes"])
+                return self._answer(200, proxy.stats())
+            if self.path == "/status_next":
+                req = json.loads(data)
+                with proxy.lock:
+                    proxy.status_left = int(req["count"])
+                    proxy.status = int(req.get("status", 503))
+                    proxy.status_method = req.get("method", "")
+                proxy.arm(0)
+                return self._answer(200, proxy.stats())
+            if self.path == "/reset_first":
+                with proxy.lock:
+                    proxy.reset_first = int(json.loads(data)["bytes"])
                 return self._answer(200, proxy.stats())
             if self.path == "/rate":
                 proxy.rate = int(json.loads(data)["bytes_per_s"])
