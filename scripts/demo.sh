@@ -5,8 +5,8 @@
 # small PyTorch model from shards served over loopback through the cache
 # (examples/train_demo.py), and a small image classifier from JPEG shards
 # decoded and cropped in the loader's C++ threads (examples/train_images_demo.py),
-# and mixes two data sets on two torchrun "nodes" with node-local caches
-# (examples/mix_nodes_demo.py).
+# and mixes two data sets on two torchrun "nodes" with node-local caches,
+# interrupted with a sharded checkpoint and resumed (examples/mix_nodes_demo.py).
 # Does its own set-up and build. Output goes to ${DEMO_DIR:-/tmp/shardstream-demo}.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,6 +41,7 @@ echo "== 6. train a small PyTorch model from the shards (served over loopback, t
 (cd "$demo" && "$root/.venv/bin/python" "$root/examples/train_demo.py" --dir "$demo/train")
 echo "== 7. train a small image classifier from JPEG shards, decoded and cropped in the loader's C++ threads"
 (cd "$demo" && "$root/.venv/bin/python" "$root/examples/train_images_demo.py" --dir "$demo/images")
-echo "== 8. mix two data sets by weight on two nodes (torchrun), each node's shards staying in its own cache"
+echo "== 8. mix two data sets by weight on two nodes (torchrun), each node's shards staying in its own cache;"
+echo "      interrupted with a sharded checkpoint (torch.distributed.checkpoint through shardstream.dcp), resumed"
 (cd "$demo" && "$root/.venv/bin/python" "$root/examples/mix_nodes_demo.py" --dir "$demo/mix")
 echo "files in $demo"

@@ -7,6 +7,7 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <fcntl.h>
 
 #include <chrono>
 #include <memory>
@@ -291,6 +292,14 @@ void RegisterCheckpoint(py::module_& m) {
            py::arg("url"))
       .def_property_readonly("held", &CheckpointReadPin::held)
       .def("release", &CheckpointReadPin::Release);
+
+  // Starts the writeback of bytes [offset, offset + n) of an open file
+  // (sync_file_range WRITE): a large file's final fsync then waits for the
+  // last piece only. Advisory: errors surface at that fsync.
+  m.def("start_writeback", [](int fd, int64_t offset, int64_t n) {
+    py::gil_scoped_release release;
+    (void)::sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE);
+  }, py::arg("fd"), py::arg("offset"), py::arg("n"));
 
   // xxh3_128 of a byte stream, as checkpoint manifests record it.
   py::class_<Hasher>(m, "Hasher")
