@@ -1,5 +1,5 @@
 """shardstream.dcp with real torch.distributed processes (gloo over loopback):
-four ranks save DTensor-sharded state and their data positions with
+four ranks save FSDP2 (fully_shard) and DTensor-sharded state and their data positions with
 dcp.async_save into numbered steps uploaded to a remote; a rank killed in the
 middle of the next save leaves no step; two ranks then restore (from the
 local root, and from the remote alone), resharded by DCP's planner, and read
@@ -22,6 +22,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, Replicate, distribute_tensor
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
 from shardstream.torch import ShardDataset
 from shardstream import dcp as sdcp
 
@@ -43,8 +45,35 @@ def big_local():
     n = BIG_ROWS // world
     return big_rows(rank * n, rank * n + n)
 
+def fsdp_model(seed):
+    # FSDP2 on the CPU: every parameter a DTensor sharded over the ranks, AdamW's moments too.
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU(), torch.nn.Linear(24, 8))
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    torch.manual_seed(seed + 1)
+    m(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return m, opt
+
+def full_state(m, opt):  # every parameter and moment, whole
+    out = {f"p.{n}": p.full_tensor() for n, p in m.named_parameters()}
+    for n, p in m.named_parameters():
+        for k in ("exp_avg", "exp_avg_sq"):
+            out[f"{k}.{n}"] = opt.state[p][k].full_tensor()
+    return out
+
+FSDP = None
+
 def state(w, b, ds, big=None):
     st = {"model": {"w": w, "b": b}, "step": torch.tensor(7), **sdcp.loader_state(ds)}
+    if FSDP is not None:
+        msd, osd = get_state_dict(*FSDP)
+        st["fsdp"] = {"model": msd, "optim": osd}
     if BIG_ROWS:
         from torch.distributed.tensor import DTensor
         st["model"]["big"] = DTensor.from_local(big if big is not None else big_local(), mesh,
@@ -58,6 +87,10 @@ if phase in ("save", "kill", "upkill"):
     b = distribute_tensor(full_b.clone(), mesh, [Replicate()])
     it = iter(ds)
     result["consumed"] = [k for _ in range(2) for k in next(it)["__key__"]]
+    FSDP = fsdp_model(11)
+    ref = full_state(*FSDP)
+    if phase == "save" and rank == 0:
+        torch.save(ref, os.path.join(out, "fsdp-ref.pt"))
     pg = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=60))
     if phase == "upkill":
         # The save commits; its background upload is killed by the test halfway.
@@ -105,11 +138,19 @@ else:
     w = distribute_tensor(torch.zeros(64, 12), mesh, [Shard(0)])
     b = distribute_tensor(torch.zeros(12), mesh, [Replicate()])
     st = {"model": {"w": w, "b": b}, "step": torch.tensor(0)}
+    m2, opt2 = fsdp_model(77)  # other values: the load must replace every one
+    msd, osd = get_state_dict(m2, opt2)
+    st["fsdp"] = {"model": msd, "optim": osd}
     if BIG_ROWS:
         from torch.distributed.tensor import DTensor
         st["model"]["big"] = DTensor.from_local(torch.zeros(BIG_ROWS // world, 1024), mesh,
                                                 [Shard(0)], run_check=False)
     dcp.load(st, storage_reader=reader)
+    set_state_dict(m2, opt2, model_state_dict=st["fsdp"]["model"],
+                   optim_state_dict=st["fsdp"]["optim"])
+    ref = torch.load(os.path.join(out, "fsdp-ref.pt"))
+    got = full_state(m2, opt2)
+    result["fsdp_ok"] = sorted(got) == sorted(ref) and all(torch.equal(got[k], ref[k]) for k in ref)
     if BIG_ROWS:  # resharded: this rank's rows of the saved tensor, whatever the saving world
         n = BIG_ROWS // world
         result["big_ok"] = bool(torch.equal(st["model"]["big"].to_local(),
@@ -192,6 +233,7 @@ def test_four_ranks_save_async_upload_a_killed_save_leaves_nothing_then_two_rank
     for r in loaded:
         assert r["checkpoint"].endswith("ckpt-000100")
         assert r["w_ok"] and r["b_ok"] and r["step"] == 7 and r["manifest_ranks"] == 4
+        assert r["fsdp_ok"], "FSDP2 parameters and AdamW moments, resharded from 4 ranks to 2"
     rest = [k for r in loaded for k in r["rest"]]
     assert sorted(consumed + rest) == sorted(set(consumed + rest))
     assert len(consumed) + len(rest) == total
@@ -217,7 +259,7 @@ def test_restore_from_the_remote_alone(manifest, total, tmp_path):
     loaded, _ = run_ranks(manifest, fresh, "file://" + remote, out, "load", 2)
     assert committed(fresh) == ["ckpt-000100"]
     for r in loaded:
-        assert r["w_ok"] and r["b_ok"] and r["step"] == 7
+        assert r["w_ok"] and r["b_ok"] and r["step"] == 7 and r["fsdp_ok"]
     rest = [k for r in loaded for k in r["rest"]]
     assert len(set(consumed + rest)) == len(consumed) + len(rest) == total
 
@@ -350,6 +392,6 @@ def test_s3_uploads_survive_5xx_and_resets_a_killed_upload_never_commits_and_is_
             assert _post(control + "/status_next", {"count": 0})["resets"] >= 1
             for r in loaded:
                 assert r["checkpoint"].endswith("ckpt-000100")
-                assert r["w_ok"] and r["b_ok"] and r["big_ok"] and r["step"] == 7
+                assert r["w_ok"] and r["b_ok"] and r["big_ok"] and r["fsdp_ok"] and r["step"] == 7
             rest = [k for r in loaded for k in r["rest"]]
             assert len(set(consumed + rest)) == len(consumed) + len(rest) == total
