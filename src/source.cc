@@ -23,6 +23,12 @@ Result<size_t> RandomAccessFile::ReadVAt(uint64_t offset, const ReadPiece* piece
   }
   return done;
 }
+Result<RandomAccessFile::View> RandomAccessFile::MapView() {
+  return Status(StatusCode::kConfig, "mapping is not supported for " + url(), url());
+}
+void RandomAccessFile::CountViewBytes(uint64_t) {}
+void RandomAccessFile::ReleaseView(uint64_t, uint64_t) {}
+Result<uint64_t> RandomAccessFile::SizeNow() { return Size(); }
 InputStream::~InputStream() = default;
 Result<size_t> InputStream::ReadWithin(size_t, void*, std::chrono::microseconds) { return size_t{0}; }
 WritableFile::~WritableFile() = default;

@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -104,6 +105,34 @@ TEST_P(SourceConformanceTest, VectoredReadScattersAndStopsAtTheEnd) {
   auto none = (*file)->ReadVAt(content.size(), pieces.data(), 2);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, 0u);
+}
+
+// A file maps whole (local files) or says it cannot (kConfig; the caller
+// reads instead); a view holds exactly the file's bytes, and SizeNow sees a
+// file cut short after it was mapped.
+TEST_P(SourceConformanceTest, MapViewHoldsTheBytesOrIsNotSupported) {
+  std::string content(70000, '\0');
+  for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 7 + i / 251);
+  ASSERT_TRUE(WriteFileAtomic(*source_, Url("m"), content).ok());
+  auto file = source_->OpenRandomAccess(Url("m"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto view = (*file)->MapView();
+  const std::string name = GetParam().name;
+  if (name == "local" || name == "router") {
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_EQ(view->size, content.size());
+    EXPECT_EQ(std::string(view->data, view->size), content);
+    auto again = (*file)->MapView();  // mapped once
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->data, view->data);
+    EXPECT_EQ(*(*file)->SizeNow(), content.size());
+    ASSERT_EQ(::truncate(Url("m").c_str(), 1000), 0);
+    EXPECT_EQ(*(*file)->SizeNow(), 1000u);
+  } else {
+    EXPECT_EQ(view.status().code(), StatusCode::kConfig) << view.status();
+    EXPECT_NE(view.status().message().find("not supported"), std::string::npos);
+    EXPECT_EQ(*(*file)->SizeNow(), content.size());
+  }
 }
 
 TEST_P(SourceConformanceTest, MissingIsNotFound) {

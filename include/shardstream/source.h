@@ -60,6 +60,33 @@ class SHARDSTREAM_EXPORT RandomAccessFile {
   // the file. Safe to call concurrently. The default calls ReadAt for each
   // piece; local files (and the shard cache's) make it one preadv.
   virtual Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n);
+
+  // EXPERIMENTAL. The whole file as read-only memory, for a reader that
+  // copies many small scattered pieces (the loader's shuffled documents): no
+  // system call per piece. Local files and shard cache entries map
+  // themselves at the first call and stay mapped until destroyed; other
+  // files return kConfig ("not supported"), and the caller reads instead.
+  // Safe to call concurrently. A local file truncated by another process
+  // while it is mapped makes a later access fault (SIGBUS), as with any
+  // memory-mapped reader: shard files are not to be rewritten in place.
+  struct View {
+    const char* data = nullptr;
+    uint64_t size = 0;
+  };
+  virtual Result<View> MapView();
+  // Says bytes [offset, offset + n) of the view will not be read soon: their
+  // pages leave the process's resident memory (they stay in the page cache,
+  // and a later read of them faults them back in). Keeps a reader that
+  // walks a large file through its view at a bounded RSS. Default: nothing.
+  virtual void ReleaseView(uint64_t offset, uint64_t n);
+  // Counts n bytes read through MapView in the file's statistics (the shard
+  // cache's bytes_from_cache). Default: nothing to count.
+  virtual void CountViewBytes(uint64_t n);
+  // The size as it is now (Size() may answer from the open). A reader of a
+  // view checks it before copying a run of bytes, so that a file cut short
+  // since it was mapped is an error naming where it ends, not a fault.
+  // Default: Size().
+  virtual Result<uint64_t> SizeNow();
 };
 
 // Reads a byte stream front to back.

@@ -367,11 +367,20 @@ class PinnedFile final : public RandomAccessFile {
     impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += done; });
     return done;
   }
+  // The entry is complete and immutable (a new version is a new file), so a
+  // mapping of it stays valid while the pin holds it.
+  Result<View> MapView() override { return mapping_.Get(att_.fd, att_.size, url_); }
+  Result<uint64_t> SizeNow() override { return LazyMapping::SizeNow(att_.fd, url_); }
+  void ReleaseView(uint64_t offset, uint64_t n) override { mapping_.Release(offset, n); }
+  void CountViewBytes(uint64_t n) override {
+    impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += n; });
+  }
 
  private:
   std::shared_ptr<ShardCache::Impl> impl_;
   std::string url_;
   Attachment att_;
+  LazyMapping mapping_;  // declared last: unmapped first
 };
 
 }  // namespace

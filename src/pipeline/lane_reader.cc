@@ -87,6 +87,7 @@ Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) 
       return Status::NotFound("no sample index " + RedactUrl(index_url));
     SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
                                  config_->cache->OpenIfCached(r.ref));
+    SHARDSTREAM_ASSIGN_OR_RETURN(RandomAccessFile::View view, ViewIfMapped(shard.get()));
     auto index = config_->cache->OpenRandomAccess(ShardRef(index_url));
     if (!index.ok()) {
       if (missing != nullptr && index.status().code() == StatusCode::kNotFound)
@@ -98,6 +99,7 @@ Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) 
                                                                config_->direct_field,
                                                                config_->direct_dtype, r.first,
                                                                r.end));
+    range->SetView(view);
     ++counters_->cache_opens;
     ++counters_->cache_hits;
     return range;
@@ -108,8 +110,18 @@ Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) 
                                source.OpenRandomAccess(IndexUrlFor(r.ref.url)));
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
                                source.OpenRandomAccess(r.ref.url));
-  return DirectRange::Open(r.ref.url, std::move(shard), std::move(index), config_->direct_field,
-                           config_->direct_dtype, r.first, r.end);
+  SHARDSTREAM_ASSIGN_OR_RETURN(RandomAccessFile::View view, ViewIfMapped(shard.get()));
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto range,
+                               DirectRange::Open(r.ref.url, std::move(shard), std::move(index),
+                                                 config_->direct_field, config_->direct_dtype,
+                                                 r.first, r.end));
+  range->SetView(view);
+  return range;
+}
+
+Result<RandomAccessFile::View> LaneReader::ViewIfMapped(RandomAccessFile* shard) {
+  if (!config_->direct_mapped) return RandomAccessFile::View{};
+  return shard->MapView();  // not mappable: the range is read the usual way
 }
 
 Status LaneReader::OpenRange(const LaneRange& r, LaneItem* scratch) {

@@ -140,6 +140,11 @@ struct LaneConfig {
   // files (through tar.source, if set), and with a cache, shards whose
   // entry is complete (their index is fetched into the cache beside them).
   bool direct = false;
+  // With a sample shuffle: only ranges whose file maps into memory
+  // (RandomAccessFile::MapView) are read directly, their documents copied
+  // from the mapping; the others go the usual way (a read per shuffled
+  // document would cost more than the second copy it saves).
+  bool direct_mapped = false;
   std::string direct_field;
   DType direct_dtype = DType::kInt32;
   std::shared_ptr<DirectRecycler> direct_recycler;  // optional
@@ -187,6 +192,9 @@ class SHARDSTREAM_EXPORT LaneReader {
  private:
   Status OpenRange(const LaneRange& r, LaneItem* scratch);
   Result<std::unique_ptr<DirectRange>> OpenDirect(const LaneRange& r);
+  // With direct_mapped, the shard's mapping (an error when it has none);
+  // else an empty view.
+  Result<RandomAccessFile::View> ViewIfMapped(RandomAccessFile* shard);
   // A tar reader for the range from sample `at` on.
   Status OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch);
 

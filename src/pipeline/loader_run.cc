@@ -113,10 +113,13 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
     // With a sample shuffle a batch's documents lie apart in their shards:
     // a read each costs more than the second copy it saves (1024-token
-    // documents, shuffle_buffer 1000: 0.19 of the plain read against 0.24).
-    // (The lanes also leave them off with a cache and for remote shards.)
+    // documents, shuffle_buffer 1000: 0.19 of the plain read against 0.24),
+    // so they are copied from the shard mapped in memory, or, where it
+    // cannot be mapped, read the usual way. (The lanes also leave direct
+    // reads off for remote shards and cache entries still downloading.)
     lc.direct = opt_.direct_reads && spec.decode == FieldDecode::kNpy &&
-                opt_.error_policy == ErrorPolicy::kRaise && opt_.shuffle_buffer <= 1;
+                opt_.error_policy == ErrorPolicy::kRaise;
+    lc.direct_mapped = opt_.shuffle_buffer > 1;
     lc.direct_field = spec.name;
     lc.direct_dtype = opt_.tokens.dtype;
     lc.direct_recycler = config_.recycler;
@@ -269,6 +272,7 @@ Status LoaderRun::CheckFirstSampleImages(const Sample& s) const {
 }
 
 Status LoaderRun::Process(LaneItem* item) {
+  if (item->kind == LaneItem::kDirect) return TakeShuffled(*item);  // a shuffled document
   const Sample& s = item->sample;
   RowInput row;
   const int64_t index = s.index - item->index_offset;  // in the epoch's shard
@@ -333,6 +337,64 @@ Status LoaderRun::Process(LaneItem* item) {
 }
 
 Status LoaderRun::TakeDirect(DirectCursor* c) {
+  Status st = PlaceDirect(c);
+  ++c->doc.sample;
+  if (--c->left == 0) {
+    FlushDirect(c);
+    c->doc.shard.reset();
+    lanes_->DirectDone(c->lane);  // the lane may make its next chunk
+  }
+  return st;
+}
+
+Status LoaderRun::ShuffleDirect(DirectCursor* c) {
+  // One document as an item of its own: the shuffle buffer mixes it with
+  // the others exactly as it would the same sample read the usual way.
+  // The lane walks its shard in order; the buffer lets a document out
+  // within about a buffer's worth of the lane's documents. Pages of the
+  // mapping well behind the lane leave the resident set. A rare straggler
+  // faults its page back in from the page cache (the kernel maps a few
+  // neighbours along), so the last few steps are released again each time:
+  // a shard's mapping holds about 2 x kResidentStep of RSS plus a little,
+  // however large the shard.
+  constexpr uint64_t kResidentStep = uint64_t{4} << 20;
+  const DirectShard& shard = *c->doc.shard;
+  if (shard.view.data != nullptr) {
+    const uint64_t at = shard.doc(c->doc.sample).offset;
+    if (at < c->released) c->released = 0;  // another range, or another shard
+    if (at >= c->released + 2 * kResidentStep) {
+      const uint64_t from = c->released - std::min(c->released, 4 * kResidentStep);
+      shard.file->ReleaseView(from, at - kResidentStep - from);
+      c->released = at - kResidentStep;
+    }
+  }
+  LaneItem& d = doc_item_;
+  d.kind = LaneItem::kDirect;
+  d.shard = c->shard;
+  d.index_offset = c->offset;
+  d.source = c->source;
+  d.direct.shard = c->doc.shard;
+  d.direct.sample = c->doc.sample;
+  ++c->doc.sample;
+  if (--c->left == 0) {
+    c->doc.shard.reset();
+    lanes_->DirectDone(c->lane);  // its documents wait in the buffer
+  }
+  if (buffer_->Put(&d, &out_)) return Process(&out_);
+  return Status::OK();
+}
+
+Status LoaderRun::TakeShuffled(const LaneItem& item) {
+  DirectCursor& c = shuffled_;
+  if (c.taken > 0 && c.source != item.source) FlushDirect(&c);
+  c.source = item.source;
+  c.shard = item.shard;
+  c.offset = item.index_offset;
+  c.doc = item.direct;
+  return PlaceDirect(&c);
+}
+
+Status LoaderRun::PlaceDirect(DirectCursor* c) {
   const DirectShard& d = *c->doc.shard;
   const int64_t i = c->doc.sample;
   const DirectShard::Doc& doc = d.doc(i);
@@ -351,13 +413,7 @@ Status LoaderRun::TakeDirect(DirectCursor* c) {
   // Counted as taken (they are read with their batch), a few at a time:
   // an atomic add per document is a line bouncing between the workers.
   c->bytes += doc.length;
-  ++c->taken;
-  ++c->doc.sample;
-  if (--c->left == 0 || c->taken == 64) FlushDirect(c);
-  if (c->left == 0) {
-    c->doc.shard.reset();
-    lanes_->DirectDone(c->lane);  // the lane may make its next chunk
-  }
+  if (++c->taken == 64) FlushDirect(c);
   return st;
 }
 
@@ -384,8 +440,8 @@ Status LoaderRun::Advance(int* want) {
       if (!known_) weight_[static_cast<size_t>(l)] = lanes_->lane_ranges(l).empty() ? 0 : 1;
     }
     direct_.resize(static_cast<size_t>(nl));
-    for (int l = 0; l < nl; ++l) {
-      DirectCursor& c = direct_[static_cast<size_t>(l)];
+    for (int l = 0; l <= nl; ++l) {  // each lane's, and the shuffled documents'
+      DirectCursor& c = l < nl ? direct_[static_cast<size_t>(l)] : shuffled_;
       c.lane = l;
       c.tokens.is_tensor = true;
       c.tokens.ndim = 1;
@@ -432,7 +488,7 @@ Status LoaderRun::Advance(int* want) {
     if (cur.left > 0) {  // a direct range in progress: its next document
       if (known_) --weight_[lu];
       if (!in_order) picked_ = -1;
-      SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
+      SHARDSTREAM_RETURN_IF_ERROR(shuffle_ ? ShuffleDirect(&cur) : TakeDirect(&cur));
       continue;
     }
     LaneItem* item = lanes_->TryPop(picked_);
@@ -455,7 +511,8 @@ Status LoaderRun::Advance(int* want) {
     if (known_) --weight_[lu];
     if (!in_order) picked_ = -1;
     if (item->kind == LaneItem::kDirect) {
-      // Only without a shuffle buffer (RunConfig): documents go in order.
+      // A chunk of documents, taken one per draw of this lane as samples
+      // read the usual way would be (into the shuffle buffer, if any).
       // Moved out: a ring slot is refilled only a ring of items later, and
       // until then would keep the index (with its recycled memory) alive.
       cur.doc.shard = std::move(item->direct.shard);
@@ -464,7 +521,7 @@ Status LoaderRun::Advance(int* want) {
       cur.shard = item->shard;
       cur.offset = item->index_offset;
       cur.source = item->source;
-      SHARDSTREAM_RETURN_IF_ERROR(TakeDirect(&cur));
+      SHARDSTREAM_RETURN_IF_ERROR(shuffle_ ? ShuffleDirect(&cur) : TakeDirect(&cur));
     } else if (!shuffle_) {
       SHARDSTREAM_RETURN_IF_ERROR(Process(item));  // in place: no swaps
     } else if (buffer_->Put(item, &out_)) {
@@ -478,6 +535,7 @@ Status LoaderRun::Advance(int* want) {
     SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));
     counters_->shuffle_fill.store(static_cast<int64_t>(buffer_->size()), std::memory_order_relaxed);
   }
+  FlushDirect(&shuffled_);
   if (stop_.load()) return Status::Cancelled("loader stopped");
   *want = -1;
   return batcher_ ? batcher_->Flush(opt_.drop_last) : packer_->Flush();

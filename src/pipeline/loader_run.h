@@ -89,8 +89,15 @@ class LoaderRun {
     ByteSource source = ByteSource::kFile;  // where the chunk's bytes come from
     DecodedField tokens;
     uint64_t bytes = 0, taken = 0;  // not yet counted
+    uint64_t released = 0;  // of a mapped shard, the bytes before this left RSS
   };
+  // The cursor's next document: into the batch (TakeDirect), or into the
+  // shuffle buffer as an item (ShuffleDirect), which lets it out later to
+  // TakeShuffled. PlaceDirect hands c->doc to the packer.
   Status TakeDirect(DirectCursor* c);
+  Status ShuffleDirect(DirectCursor* c);
+  Status TakeShuffled(const LaneItem& item);
+  Status PlaceDirect(DirectCursor* c);
   void FlushDirect(DirectCursor* c);
   static void ReleaseChunks(LaneItem* item);  // once its bytes are placed
   Status Emit(Batch&& b);
@@ -129,6 +136,8 @@ class LoaderRun {
   std::unique_ptr<ShuffleBuffer<LaneItem>> buffer_;
   bool shuffle_ = false;
   LaneItem out_;  // what the shuffle buffer lets out
+  LaneItem doc_item_;  // a directly read document on its way into the buffer
+  DirectCursor shuffled_;  // counts the shuffled direct documents placed
   std::vector<DirectCursor> direct_;  // per lane
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "shardstream/result.h"
@@ -17,6 +18,28 @@ namespace shardstream::internal {
 // returns the errno's kind naming `url` and the byte offset.
 Result<size_t> PReadVAll(int fd, uint64_t offset, const ReadPiece* pieces, size_t n,
                          const std::string& url);
+
+// RandomAccessFile::MapView for a local file: maps `fd` read-only at the
+// first Get (once, whatever the threads) and unmaps when destroyed. The fd
+// may be closed after the mapping is made.
+class LazyMapping {
+ public:
+  LazyMapping() = default;
+  LazyMapping(const LazyMapping&) = delete;
+  LazyMapping& operator=(const LazyMapping&) = delete;
+  ~LazyMapping();
+  Result<RandomAccessFile::View> Get(int fd, uint64_t size, const std::string& url);
+  // RandomAccessFile::ReleaseView: the whole pages inside the range.
+  void Release(uint64_t offset, uint64_t n);
+  // RandomAccessFile::SizeNow of `fd` (fstat).
+  static Result<uint64_t> SizeNow(int fd, const std::string& url);
+
+ private:
+  std::once_flag once_;
+  void* data_ = nullptr;
+  uint64_t size_ = 0;
+  Status status_;
+};
 
 }  // namespace shardstream::internal
 

@@ -2,6 +2,7 @@
 // sequential read-ahead hint for streams, write/fsync/rename for writing.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
@@ -65,11 +66,15 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n) override {
     return internal::PReadVAll(fd_.get(), offset, pieces, n, url_);
   }
+  Result<View> MapView() override { return mapping_.Get(fd_.get(), size_, url_); }
+  Result<uint64_t> SizeNow() override { return internal::LazyMapping::SizeNow(fd_.get(), url_); }
+  void ReleaseView(uint64_t offset, uint64_t n) override { mapping_.Release(offset, n); }
 
  private:
   std::string url_;
   FdGuard fd_;
   uint64_t size_;
+  internal::LazyMapping mapping_;  // declared last: unmapped before the fd closes
 };
 
 class PosixInputStream final : public InputStream {
@@ -340,6 +345,40 @@ Result<size_t> PReadVAll(int fd, uint64_t offset, const ReadPiece* pieces, size_
     }
   }
   return done;
+}
+
+LazyMapping::~LazyMapping() {
+  if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_));
+}
+
+void LazyMapping::Release(uint64_t offset, uint64_t n) {
+  // Ordered after the mapping by the call_once a view was taken through.
+  if (data_ == nullptr || offset >= size_) return;
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (offset + page - 1) / page * page;
+  const uint64_t end = std::min(offset + n, size_) / page * page;
+  if (end > begin) (void)::madvise(static_cast<char*>(data_) + begin, end - begin, MADV_DONTNEED);
+}
+
+Result<uint64_t> LazyMapping::SizeNow(int fd, const std::string& url) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Errno("stat", url, -1);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Result<RandomAccessFile::View> LazyMapping::Get(int fd, uint64_t size, const std::string& url) {
+  std::call_once(once_, [&] {
+    if (size == 0) return;  // nothing to map: an empty view
+    void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      status_ = Status::FromErrno(errno, "mmap " + url);
+      return;
+    }
+    data_ = p;
+    size_ = size;
+  });
+  if (!status_.ok()) return status_;
+  return RandomAccessFile::View{static_cast<const char*>(data_), size_};
 }
 
 }  // namespace shardstream::internal

@@ -167,6 +167,7 @@ Result<std::shared_ptr<const DirectShard>> DirectRange::Next(
   auto s = std::make_shared<DirectShard>();
   if (recycler != nullptr) recycler->Take(s.get());
   s->file = shard_;
+  s->view = view_;
   s->url = url_;
   s->field = field_;
   s->dtype = dtype_;

@@ -48,6 +48,9 @@ class SHARDSTREAM_EXPORT DirectRange {
                                                   const std::shared_ptr<DirectRecycler>& recycler);
   int64_t next() const { return next_; }
   int64_t end() const { return end_; }
+  // The shard mapped in memory: the chunks from Next() on carry the view,
+  // and their documents are copied from it rather than read (DirectShard).
+  void SetView(const RandomAccessFile::View& view) { view_ = view; }
 
  private:
   DirectRange() = default;
@@ -58,6 +61,7 @@ class SHARDSTREAM_EXPORT DirectRange {
   Status ReadWindow();
 
   std::unique_ptr<RandomAccessFile> index_;
+  RandomAccessFile::View view_;
   std::string index_url_;
   std::vector<char> window_;
   size_t window_bytes_ = 0;  // the next window's size (grows for a record larger than it)

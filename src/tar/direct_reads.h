@@ -60,6 +60,10 @@ struct SHARDSTREAM_EXPORT DirectShard {
     return std::string_view(keys).substr(d.key_at, d.key_len);
   }
   std::shared_ptr<RandomAccessFile> file;  // the shard's bytes
+  // The file mapped (RandomAccessFile::MapView), when the loader chose to
+  // copy documents from memory (shuffled documents lie apart: a read each
+  // would cost a system call); data null: they are read.
+  RandomAccessFile::View view;
   std::string url;    // credentials redacted
   std::string field;  // the token field's name
   DType dtype = DType::kInt32;
@@ -145,6 +149,8 @@ class DirectReads {
   size_t Keep(const DirectDoc& doc);
   // `h`: the piece's headers as read.
   Status Check(const DirectShard& s, const Piece& p, const char* h) const;
+  // RunJob for a mapped shard: each piece copied from memory.
+  Status CopyJob(const DirectShard& s, const std::vector<Piece>& v, const Job& job) const;
 
   std::vector<std::shared_ptr<const DirectShard>> keep_;  // the shards in use, by slot
   // Each slot's pieces: they come in by shard, so planning gathers nothing.

@@ -176,8 +176,9 @@ TEST(LoaderFaultTest, RssStaysWithinBudgetWhenRingsAreBoundByBytes) {
   EXPECT_GT(seen, uint64_t{6} * o.memory_budget);
 }
 
-// Direct reads (the default for these shards) or through read buffers.
-void ExpectNoAllocationPerBatch(bool direct) {
+// Direct reads (the default for these shards) or through read buffers;
+// direct ones unshuffled (read) or shuffled (copied from the mapped shards).
+void ExpectNoAllocationPerBatch(bool direct, bool shuffled_direct = false) {
   TempDir dir;
   DatasetSpec spec{2, 1500};  // both shards open all along (open_shards 2)
   spec.tokens = true;
@@ -195,7 +196,7 @@ void ExpectNoAllocationPerBatch(bool direct) {
   o.read_chunk = 8 << 20;  // larger than a shard: one read chunk per shard
   o.allocator = PageableAllocator();
   o.direct_reads = direct;
-  if (direct) o.shuffle_buffer = 0;  // direct reads are for unshuffled samples
+  if (direct && !shuffled_direct) o.shuffle_buffer = 0;
   auto loader = *Loader::Create(o);
   // Warm up: the pool, every shard opened, and every sample storage that
   // circulates between the rings (256 per lane) and the shuffle buffer
@@ -225,8 +226,8 @@ void ExpectNoAllocationPerBatch(bool direct) {
     EXPECT_EQ(allocations, 0u) << "over " << batches << " batches; first ones from:\n"
                                << testing::AllocationCounter::Where();
   std::printf("steady state (%s): %llu allocations over %d batches\n",
-              direct ? "direct reads" : "read buffers", static_cast<unsigned long long>(allocations),
-              batches);
+              direct ? (shuffled_direct ? "shuffled, mapped" : "direct reads") : "read buffers",
+              static_cast<unsigned long long>(allocations), batches);
   if (direct) {
     EXPECT_GT(loader->stats().direct_samples, 1500u);
   } else {
@@ -238,6 +239,10 @@ TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatch) { ExpectNoAllocationP
 
 TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatchThroughReadBuffers) {
   ExpectNoAllocationPerBatch(false);
+}
+
+TEST(LoaderFaultTest, SteadyStateAllocatesNothingPerBatchShuffledFromMappedShards) {
+  ExpectNoAllocationPerBatch(true, true);
 }
 
 // A token batch waiting for its doc_ids and positions holds no slot of its

@@ -170,8 +170,10 @@ TEST(DirectReadsTest, SameBatchesAsThroughReadBuffersInEveryLayout) {
       {"pack, tokens only", TokenLayout::kPack, false, 0, 2, 4},
       {"pack, one thread, two lanes", TokenLayout::kPack, true, 0, 1, 2},
       {"pack, shuffled", TokenLayout::kPack, true, 37, 2, 2},
+      {"pack, tokens only, shuffled, one thread", TokenLayout::kPack, false, 1000, 1, 4},
       {"pad", TokenLayout::kPad, true, 0, 2, 3},
       {"pad, one lane", TokenLayout::kPad, true, 0, 2, 1},
+      {"pad, shuffled", TokenLayout::kPad, true, 100, 2, 3},
   };
   for (const Case& c : cases) {
     LoaderOptions o = TokenOptions(d.manifest);
@@ -186,9 +188,9 @@ TEST(DirectReadsTest, SameBatchesAsThroughReadBuffersInEveryLayout) {
     ASSERT_TRUE(buffered.error.ok()) << c.name << ": " << buffered.error;
     EXPECT_GT(direct.batches.size(), 20u) << c.name;
     EXPECT_TRUE(direct.batches == buffered.batches) << c.name;
-    // With a sample shuffle the loader reads the usual way (a batch's
-    // documents lie apart); the packer test below covers unordered reads.
-    EXPECT_EQ(direct.direct, c.shuffle > 1 ? 0u : static_cast<uint64_t>(d.samples)) << c.name;
+    // Shuffled too: the documents are copied from the mapped shards, in the
+    // order the shuffle buffer gives samples read the usual way.
+    EXPECT_EQ(direct.direct, static_cast<uint64_t>(d.samples)) << c.name;
     EXPECT_EQ(buffered.direct, 0u) << c.name;
   }
 }
@@ -605,22 +607,54 @@ TEST(DirectReadsTest, AShardChangedSinceIndexingFailsNamingItAndTheOffset) {
   }
 }
 
+// Read, or (shuffled) copied from the mapped shard: a mapping must never
+// touch the bytes a truncation removed (that would be SIGBUS).
 TEST(DirectReadsTest, AShardCutShortAfterOpeningFailsNamingIt) {
+  for (int64_t shuffle : {0, 50}) {
+    TempDir dir;
+    auto d = Tokens(dir.path(), 1, 200);
+    LoaderOptions o = TokenOptions(d.manifest);
+    o.open_shards = 1;
+    o.reader_threads = 1;
+    o.shuffle_buffer = shuffle;
+    auto l = *Loader::Create(o);
+    for (int i = 0; i < 40; ++i) {  // the shard is open, its index read, 64 documents placed
+      auto b = l->next();
+      ASSERT_TRUE(b.ok()) << b.status();
+    }
+    EXPECT_GT(l->stats().direct_samples, 0u) << shuffle;
+    ASSERT_EQ(::truncate(d.shard_paths[0].c_str(), 20000), 0);
+    Epoch rest = Drain(l.get());
+    ASSERT_FALSE(rest.error.ok()) << shuffle;
+    EXPECT_EQ(rest.error.code(), StatusCode::kCorrupt) << rest.error;
+    EXPECT_NE(rest.error.message().find(d.shard_paths[0]), std::string::npos) << rest.error;
+    EXPECT_NE(rest.error.message().find("ends at byte 20000"), std::string::npos) << rest.error;
+    EXPECT_EQ(rest.error.offset(), 20000);
+  }
+}
+
+// A source whose files cannot be mapped (here a fault-injecting one): with
+// a shuffle its ranges are read through buffers, and the batches are those
+// of mapped shards.
+TEST(DirectReadsTest, ShuffledDocumentsOfAFileThatCannotBeMappedAreReadThroughBuffers) {
   TempDir dir;
-  auto d = Tokens(dir.path(), 1, 200);
+  auto d = Tokens(dir.path(), 3, 60);
+  auto faults = std::make_shared<testing::FaultSource>(LocalSource());
   LoaderOptions o = TokenOptions(d.manifest);
-  o.open_shards = 1;
-  o.reader_threads = 1;
-  auto l = *Loader::Create(o);
-  auto first = l->next();  // the shard is open, its index read
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(::truncate(d.shard_paths[0].c_str(), 20000), 0);
-  Epoch rest = Drain(l.get());
-  ASSERT_FALSE(rest.error.ok());
-  EXPECT_EQ(rest.error.code(), StatusCode::kCorrupt) << rest.error;
-  EXPECT_NE(rest.error.message().find(d.shard_paths[0]), std::string::npos) << rest.error;
-  EXPECT_NE(rest.error.message().find("ends at byte 20000"), std::string::npos) << rest.error;
-  EXPECT_EQ(rest.error.offset(), 20000);
+  o.shuffle_buffer = 64;
+  o.seed = 3;
+  Epoch mapped = RunEpoch(o, true);
+  o.source = faults.get();
+  Epoch through = RunEpoch(o, true);
+  ASSERT_TRUE(mapped.error.ok()) << mapped.error;
+  ASSERT_TRUE(through.error.ok()) << through.error;
+  EXPECT_EQ(mapped.direct, 180u);
+  EXPECT_EQ(through.direct, 0u);
+  EXPECT_TRUE(through.batches == mapped.batches);
+  // The shards were read through that source: a fault of it reaches the run.
+  faults->FailNth(testing::FaultSource::Op::kOpen, 1, Status::Io("injected"), true, ".tar");
+  Epoch failed = RunEpoch(o, true);
+  EXPECT_NE(failed.error.message().find("injected"), std::string::npos) << failed.error;
 }
 
 
@@ -722,7 +756,8 @@ namespace {
 // entry is read directly, its index fetched into the cache beside it once;
 // from the third the source is not asked for anything. The batches are
 // those of a loader without a cache.
-TEST(DirectReadsCacheTest, CompleteCacheEntriesAreReadDirectly) {
+// Read, or (shuffled) copied from the mapped entries.
+void ExpectCacheEntriesReadDirectly(int64_t shuffle) {
   TempDir data, cache_dir, tmp;
   auto d = Tokens(data.path(), 3, 60);
   auto knobs = std::make_shared<testing::CacheFaultKnobs>();
@@ -733,6 +768,7 @@ TEST(DirectReadsCacheTest, CompleteCacheEntriesAreReadDirectly) {
   co.sync_entries = false;
   co.source = std::make_shared<testing::CacheFaultSource>(LocalSource(), knobs);
   LoaderOptions o = TokenOptions(d.manifest);
+  o.shuffle_buffer = shuffle;
   const Epoch plain = RunEpoch(o, true);
   o.cache = std::shared_ptr<ShardCache>(std::move(*ShardCache::Create(co)));
   auto l = *Loader::Create(o);
@@ -762,6 +798,16 @@ TEST(DirectReadsCacheTest, CompleteCacheEntriesAreReadDirectly) {
   LoaderStats s = l->stats();
   EXPECT_GT(s.read_bytes["cache"], 0u);
   EXPECT_EQ(s.read_bytes.count("file"), 0u);
+  // The entries' own statistics count what was copied from their mappings.
+  EXPECT_GT(o.cache->stats().bytes_from_cache, uint64_t{3} * 60 * 100) << shuffle;
+}
+
+TEST(DirectReadsCacheTest, CompleteCacheEntriesAreReadDirectly) {
+  ExpectCacheEntriesReadDirectly(0);
+}
+
+TEST(DirectReadsCacheTest, ShuffledDocumentsAreCopiedFromMappedCacheEntries) {
+  ExpectCacheEntriesReadDirectly(40);
 }
 
 // A source without sample indexes: the cached shards are read the usual
