@@ -219,11 +219,13 @@ struct LoaderOptions {
   // batch (one copy instead of two), placed by the shard's sample index.
   // Used for uncompressed local shards with a version 2 index (written by
   // `shardstream index`, `shardstream pack --index`, ShardWriter) whose
-  // token field is a 1-D .npy of `tokens.dtype`, under kRaise, without a
-  // cache or a sample shuffle (shuffle_buffer <= 1: the documents of a
-  // batch then lie together in their shards); other shards are read the
-  // usual way. The reads go through `source` when set (vectored reads:
-  // RandomAccessFile::ReadVAt). The batches are the same either way.
+  // token field is a 1-D .npy of `tokens.dtype`, under kRaise, local or a
+  // complete cache entry. With a sample shuffle (a batch's documents then
+  // lie apart) only shards whose file maps into memory
+  // (RandomAccessFile::MapView), their documents copied from the mapping;
+  // other shards are read the usual way. The reads go through `source` when
+  // set (vectored reads: RandomAccessFile::ReadVAt). The batches are the
+  // same either way.
   // Default: true.
   bool direct_reads = true;
   // Seconds between "loader: ..." log lines; 0 for none. Default: 0.
