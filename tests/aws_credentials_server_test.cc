@@ -16,6 +16,7 @@
 #include "common/log_capture.h"
 #include "shardstream/aws_credentials.h"
 #include "shardstream/s3.h"
+#include "shardstream/transfer.h"
 #include "support/aws_env.h"
 #include "support/http_server.h"
 #include "support/test_util.h"
@@ -383,6 +384,16 @@ TEST_F(AwsCredentialServerTest, AStreamBrokenAfterExpiryResumesWithFreshCredenti
   // The object's size: large enough to stream for a while (the stream is
   // paused past an expiry, then its connection is reset mid-body).
   const size_t size = size_t{256} << 20;
+  // One GET, so that its own connection is the one reset (parts are signed
+  // one by one as they are asked for: LaterPartsAreSignedWithFreshKeys).
+  TransferOptions saved = GetTransferOptions();
+  TransferOptions one_get = saved;
+  one_get.part_size = 0;
+  SetTransferOptions(one_get);
+  struct Restore {
+    TransferOptions o;
+    ~Restore() { SetTransferOptions(o); }
+  } restore{saved};
   AwsMetadataServer imds(*moto_, 4);
   FaultProxy proxy(moto_->port());
   TempDir dir;
@@ -425,6 +436,45 @@ TEST_F(AwsCredentialServerTest, AStreamBrokenAfterExpiryResumesWithFreshCredenti
   EXPECT_GE(stats["resets"].get<int>(), 1) << stats;
   EXPECT_GE(stats["connections"].get<int>(), 2) << stats;
   EXPECT_GE(imds.IssuedKeys().size(), 2u);
+}
+
+TEST_F(AwsCredentialServerTest, LaterPartsAreSignedWithFreshKeys) {
+  const size_t size = size_t{64} << 20;
+  TransferOptions saved = GetTransferOptions();
+  TransferOptions o = saved;
+  o.part_size = 1 << 20;
+  o.parts_per_stream = 2;  // parts asked for as the reader goes, across the expiry
+  SetTransferOptions(o);
+  struct Restore {
+    TransferOptions o;
+    ~Restore() { SetTransferOptions(o); }
+  } restore{saved};
+  AwsMetadataServer imds(*moto_, 4);
+  ScopedAwsEnv env({{"AWS_EC2_METADATA_DISABLED", std::nullopt},
+                    {"AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.Url()},
+                    {"AWS_ENDPOINT_URL_S3", moto_->endpoint()}});
+  S3Options up;
+  up.endpoint = moto_->endpoint();
+  up.access_key = moto_->access_key();
+  up.secret_key = moto_->secret_key();
+  const std::string data = RandomBytes(size, 12);
+  ASSERT_TRUE((*S3Client::Make(up))->Put("s3://creds/parts.bin", data).ok());
+  auto client = EnvClient(ShortLivedOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto in = (*client)->Get("s3://creds/parts.bin", 0, size);
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::string buf(1 << 20, '\0');
+  size_t pos = 0;
+  while (true) {
+    auto n = (*in)->Read(buf.size(), buf.data());
+    ASSERT_TRUE(n.ok()) << "at " << pos << ": " << n.status();
+    if (*n == 0) break;
+    ASSERT_EQ(std::memcmp(buf.data(), data.data() + pos, *n), 0) << "at " << pos;
+    pos += *n;
+    if (pos == (size_t{8} << 20)) std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  }
+  EXPECT_EQ(pos, size);
+  EXPECT_GE(imds.IssuedKeys().size(), 2u);  // parts after the pause were signed with new keys
 }
 
 TEST_F(AwsCredentialServerTest, AMultipartUploadCrossesExpiries) {

@@ -1,6 +1,7 @@
 // S3 against moto's server with SigV4 authentication enforced (a wrong
 // signature is rejected), plus S3 retries against our fault-injecting server.
 #include "shardstream/s3.h"
+#include "shardstream/transfer.h"
 
 #include <gtest/gtest.h>
 
@@ -137,6 +138,26 @@ TEST_F(S3SourceTest, RightKeysWorkForPutHeadGetRangeAndList) {
     EXPECT_EQ(src->size(), 3u);
   }
   ASSERT_TRUE(client->Delete("s3://data/shardsX/d.tar").ok());
+}
+
+TEST_F(S3SourceTest, LargeObjectsAreReadInSignedRangedParts) {
+  TransferOptions saved = GetTransferOptions();
+  TransferOptions o = saved;
+  o.part_size = 64 << 10;
+  SetTransferOptions(o);
+  auto client = Client();
+  std::string data = RandomBytes(1 << 20, 3);
+  ASSERT_TRUE(client->Put("s3://data/parts/big.tar", data).ok());
+  auto before = GetTransferStats();
+  auto in = client->Get("s3://data/parts/big.tar", 1000, data.size());
+  ASSERT_TRUE(in.ok()) << in.status();
+  auto all = ReadAll(**in);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(*all == data.substr(1000)) << "bytes differ";
+  auto after = GetTransferStats();
+  EXPECT_EQ(after.parted_streams, before.parted_streams + 1);
+  EXPECT_EQ(after.parts - before.parts, 15u);  // every part but the first GET's was signed
+  SetTransferOptions(saved);
 }
 
 TEST_F(S3SourceTest, KeysWithSpacesRoundTrip) {

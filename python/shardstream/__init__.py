@@ -15,6 +15,7 @@ from .loader import Loader, merge_own_states, merge_states, parse_size
 from .writer import ShardWriter, encode_field
 from .checkpoint import CheckpointManager
 from .image import crop_box, decode_image
+from .transfer import set_transfer_options, transfer_options, transfer_stats
 
 __version__ = _core.__version__
 
@@ -22,5 +23,5 @@ __all__ = [
     "__version__", "Error", "IoError", "CorruptError", "ChecksumError", "UnavailableError",
     "NotFoundError", "AuthError", "ConfigError", "CancelledError", "Loader", "merge_states", "merge_own_states",
     "parse_size", "ShardWriter", "encode_field", "metrics", "CheckpointManager", "decode_image",
-    "crop_box", "image",
+    "crop_box", "image", "set_transfer_options", "transfer_options", "transfer_stats",
 ]

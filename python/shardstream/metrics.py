@@ -31,6 +31,25 @@ _GAUGES = {
 }
 
 
+_TRANSFER_COUNTERS = {
+    "bytes": "Body bytes received from remote sources",
+    "parts": "Ranged parts completed",
+    "hedges": "Parts asked for a second time on another connection",
+    "hedge_wins": "Hedged parts won by the second request",
+    "retries": "GETs retried (resets, stalls, 5xx, 429)",
+    "stalls": "GETs dropped after stall_s without a byte",
+    "throttles": "503 and 429 answers",
+    "reader_wait_seconds": "Seconds readers waited for a part's bytes",
+}
+_TRANSFER_GAUGES = {
+    "bytes_per_s": "Bytes per second from remote sources while transfers ran",
+    "connections": "GETs running now",
+    "bytes_in_flight": "Part bytes held for readers now",
+    "part_p50_s": "Median time of a part, request to last byte",
+    "part_p99_s": "99th percentile time of a part",
+}
+
+
 def _labels(labels: Mapping[str, Any]) -> str:
     if not labels:
         return ""
@@ -65,6 +84,17 @@ def to_prometheus(stats: Mapping[str, Any], prefix: str = "shardstream_loader",
               f"# TYPE {prefix}_read_bytes_total counter"]
     for source, n in sorted(read.items()):
         lines.append(f"{prefix}_read_bytes_total{_labels({**labels, 'source': source})} {n}")
+    transfer = stats.get("transfer") or {}
+    tprefix = prefix.replace("_loader", "") + "_transfer"
+    for name, help_text in _TRANSFER_COUNTERS.items():
+        if name in transfer:
+            lines += [f"# HELP {tprefix}_{name}_total {help_text}",
+                      f"# TYPE {tprefix}_{name}_total counter",
+                      f"{tprefix}_{name}_total{lab} {transfer[name]}"]
+    for name, help_text in _TRANSFER_GAUGES.items():
+        if name in transfer:
+            lines += [f"# HELP {tprefix}_{name} {help_text}", f"# TYPE {tprefix}_{name} gauge",
+                      f"{tprefix}_{name}{lab} {transfer[name]}"]
     bounds = stats.get("wait_bucket_us") or []
     counts = stats.get("wait_counts") or []
     if counts:

@@ -27,11 +27,14 @@
 #include "interruptible.h"
 #include "loader_options.h"
 #include "shardstream/loader.h"
+#include "shardstream/transfer.h"
 #include "status_to_exception.h"
 
 namespace py = pybind11;
 
 namespace shardstream::python {
+py::dict TransferStatsToDict(const TransferStats& s);  // transfer.cc
+
 namespace {
 
 py::dict StatsToDict(const LoaderStats& s) {
@@ -68,6 +71,8 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["copy_waits"] = s.copy_waits;
   d["reader_wait_seconds"] = s.reader_wait_seconds;
   d["caller_wait_seconds"] = s.caller_wait_seconds;
+  // The process's remote reads (every loader and cache of it together).
+  d["transfer"] = TransferStatsToDict(GetTransferStats());
   return d;
 }
 

@@ -17,6 +17,7 @@ void RegisterShardWriter(py::module_& m);
 void RegisterLogSink(py::module_& m);
 void RegisterCheckpoint(py::module_& m);
 void RegisterImage(py::module_& m);
+void RegisterTransfer(py::module_& m);
 }  // namespace shardstream::python
 
 PYBIND11_MODULE(_core, m) {
@@ -44,4 +45,5 @@ PYBIND11_MODULE(_core, m) {
   shardstream::python::RegisterShardWriter(m);
   shardstream::python::RegisterCheckpoint(m);
   shardstream::python::RegisterImage(m);
+  shardstream::python::RegisterTransfer(m);
 }

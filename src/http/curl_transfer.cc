@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -213,11 +214,12 @@ Status CurlTransfer::Drive(Pred ready, const std::chrono::steady_clock::time_poi
     if (cancel_ && cancel_->load())
       return Status(StatusCode::kCancelled, method_ + " " + url_ + ": cancelled", url_);
     auto silent = std::chrono::steady_clock::now() - last_data_;
-    if (options_.low_speed_time_s > 0 &&
-        silent > std::chrono::seconds(options_.low_speed_time_s)) {
+    const int64_t stall_ms = StallMs();
+    if (stall_ms > 0 && silent > std::chrono::milliseconds(stall_ms)) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", static_cast<double>(stall_ms) / 1000);
       return Status(StatusCode::kUnavailable,
-                    method_ + " " + url_ + ": no data for " +
-                        std::to_string(options_.low_speed_time_s) + " s (stalled) after " +
+                    method_ + " " + url_ + ": no data for " + secs + " s (stalled) after " +
                         std::to_string(received_) + " bytes",
                     url_);
     }
@@ -240,6 +242,13 @@ Status CurlTransfer::Drive(Pred ready, const std::chrono::steady_clock::time_poi
   return Status::OK();
 }
 
+int64_t CurlTransfer::StallMs() const {
+  int64_t base = options_.low_speed_time_s > 0 ? int64_t{options_.low_speed_time_s} * 1000 : 0;
+  int64_t over = static_cast<int64_t>(stall_override_s_ * 1000);
+  if (over > 0 && (base == 0 || over < base)) return over;
+  return base;
+}
+
 Status CurlTransfer::Start(const HttpRequest& req) {
   url_ = RedactUrl(req.url);
   method_ = req.method;
@@ -260,7 +269,7 @@ Status CurlTransfer::Start(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(options_.connect_timeout_s * 1000));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, options_.low_speed_time_s);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>((StallMs() + 999) / 1000));
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
   if (!options_.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_bundle.c_str());

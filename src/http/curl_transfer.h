@@ -73,6 +73,9 @@ class CurlTransfer {
                            bool* timed_out);
   // Stop with kCancelled when *cancel turns true (checked every 100 ms).
   void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
+  // A shorter stall limit than options.low_speed_time_s (GET streams use
+  // TransferOptions::stall_s). Call before Start. 0: the options' limit.
+  void set_stall_seconds(double s) { stall_override_s_ = s; }
   // Body bytes received so far (handed out or buffered).
   uint64_t received() const { return received_; }
 
@@ -89,8 +92,12 @@ class CurlTransfer {
                           const std::chrono::steady_clock::time_point* deadline, bool* timed_out);
   Status DoneStatus() const;
 
+  // The stall limit in force, in milliseconds (0: none).
+  int64_t StallMs() const;
+
   const HttpOptions& options_;
   const std::atomic<bool>* cancel_ = nullptr;
+  double stall_override_s_ = 0;
   CurlConnectionPool* pool_;
   size_t buffer_limit_;
   CurlEasyPtr easy_;

@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "http/curl_transfer.h"
-#include "http/http_stream.h"
+#include "http/parted_stream.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
@@ -171,7 +171,7 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& original, const Request
 
 Result<std::unique_ptr<InputStream>> HttpClient::OpenStream(StreamRequest request) {
   if (request.urls.empty()) return Status::Config("OpenStream: no url");
-  return OpenHttpStream(shared_, std::move(request));
+  return OpenPartedStream(shared_, std::move(request));
 }
 
 }  // namespace shardstream::internal

@@ -38,6 +38,27 @@ struct StreamRequest {
   // Maps a final HTTP error to a Status (S3 parses its XML error body);
   // default HttpStatusError.
   std::function<Status(const HttpResponse&, const std::string& url, int64_t offset)> error;
+
+  // A bounded range: the stream ends at byte `end` (exclusive) of the
+  // object, and asks for bytes=offset-(end-1) even at offset 0; a server
+  // answering 200 (Range ignored) is then an error. Default: to the end.
+  std::optional<uint64_t> end;
+  // Pins the object's version from the first request on (a part of a stream
+  // whose version is known): If-Match, else If-Unmodified-Since; a changed
+  // object is an error, never followed. Default: the first answer's ETag.
+  std::string if_match;
+  std::string if_unmodified_since;
+  // Stall limit for this stream's GETs (TransferOptions::stall_s); 0: the
+  // client's low_speed_time_s.
+  double stall_s = 0;
+};
+
+// What the first answer of a stream said about the object.
+struct StreamInfo {
+  std::optional<uint64_t> total;  // the object's size
+  std::string etag;
+  std::string last_modified;
+  bool ranges = false;  // the server honours Range (206, or Accept-Ranges: bytes)
 };
 
 class SHARDSTREAM_EXPORT HttpClient {

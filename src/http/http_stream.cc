@@ -6,13 +6,15 @@
 #include "common/log.h"
 #include "http/curl_transfer.h"
 #include "shardstream/url.h"
+#include "transfer/transfer_engine.h"
 
 namespace shardstream::internal {
 namespace {
 
-// "bytes a-b/total" -> (a, total or nullopt); "bytes */total" -> (npos, total).
+// "bytes a-b/total" -> (a, b, total or nullopt); "bytes */total" -> (npos, npos, total).
 struct ContentRange {
   uint64_t first = UINT64_MAX;
+  uint64_t last = UINT64_MAX;
   std::optional<uint64_t> total;
 };
 std::optional<ContentRange> ParseContentRange(std::string_view v) {
@@ -24,9 +26,15 @@ std::optional<ContentRange> ParseContentRange(std::string_view v) {
   cr.total = ParseUint(v.substr(slash + 1));
   std::string_view range = v.substr(0, slash);
   if (range != "*") {
-    auto first = ParseUint(range.substr(0, range.find('-')));
+    size_t dash = range.find('-');
+    auto first = ParseUint(range.substr(0, dash));
     if (!first) return std::nullopt;
     cr.first = *first;
+    if (dash != std::string_view::npos) {
+      auto last = ParseUint(range.substr(dash + 1));
+      if (!last || *last < *first) return std::nullopt;
+      cr.last = *last;
+    }
   }
   return cr;
 }
@@ -40,9 +48,35 @@ class HttpStream final : public InputStream {
         req_(std::move(req)),
         url_(RedactUrl(req_.urls.front())),
         pos_(req_.offset),
-        start_(req_.offset) {}
+        start_(req_.offset),
+        etag_(req_.if_match),
+        pinned_(!req_.if_match.empty() || !req_.if_unmodified_since.empty()),
+        engine_(TransferEngine::Get()),
+        host_(UrlHost(req_.urls.front())) {}
 
-  Status Open() { return Connect(); }
+  ~HttpStream() override { Down(); }
+
+  Status Open(StreamInfo* info) {
+    SHARDSTREAM_RETURN_IF_ERROR(Connect());
+    if (!eof_) {
+      engine_.ConnectionUp();
+      up_ = true;
+    }
+    if (info != nullptr) {
+      info->total = total_;
+      info->etag = etag_;
+      if (transfer_) {
+        const HttpResponse& resp = transfer_->response();
+        info->last_modified = resp.Header("last-modified");
+        // A 200 to a Range we sent says the server ignores Range, whatever
+        // Accept-Ranges claims.
+        info->ranges = resp.status == 206 ||
+                       (resp.status == 200 && start_ == 0 &&
+                        resp.Header("accept-ranges").find("bytes") != std::string::npos);
+      }
+    }
+    return Status::OK();
+  }
 
   const std::string& url() const override { return url_; }
   uint64_t position() const override { return pos_; }
@@ -65,13 +99,13 @@ class HttpStream final : public InputStream {
           failure = got.status();
         } else if (*got > 0) {
           return Delivered(*got);
-        } else if (total_ && pos_ < *total_) {
+        } else if (auto limit = Limit(); limit && pos_ < *limit) {
           failure = Status(StatusCode::kUnavailable,
                            "GET " + url_ + ": body ended at byte " + std::to_string(pos_) +
-                               " of " + std::to_string(*total_),
+                               " of " + std::to_string(*limit),
                            url_, static_cast<int64_t>(pos_));
         } else {
-          if (req_.expected_size && pos_ != *req_.expected_size) {
+          if (!req_.end && req_.expected_size && pos_ != *req_.expected_size) {
             return Status(StatusCode::kCorrupt,
                           "GET " + url_ + ": body ended at byte " + std::to_string(pos_) +
                               ", expected " + std::to_string(*req_.expected_size) + " bytes",
@@ -79,11 +113,15 @@ class HttpStream final : public InputStream {
           }
           eof_ = true;
           transfer_.reset();
+          Down();
           return size_t{0};
         }
       }
       if (!failure.retryable()) return failure.WithContext("", url_, static_cast<int64_t>(pos_));
       Log().debug("http stream {} interrupted at byte {}: {}", url_, pos_, failure.ToString());
+      const bool stall = failure.message().find("(stalled)") != std::string::npos;
+      engine_.CountRetry(stall);
+      if (!stall) engine_.Signal(host_, HostSignal::kConnectionError);
       last_error_ = failure;
       transfer_.reset();
       ++failures_;
@@ -111,14 +149,27 @@ class HttpStream final : public InputStream {
   Result<size_t> Delivered(size_t got) {
     pos_ += got;
     failures_ = 0;
+    engine_.CountBytes(got);
     SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
     return got;
+  }
+
+  void Down() {
+    if (up_) engine_.ConnectionDown();
+    up_ = false;
+  }
+
+  // Where the body must end: the range's end, else the object's size.
+  std::optional<uint64_t> Limit() const {
+    if (req_.end) return total_ ? std::min(*req_.end, *total_) : *req_.end;
+    return total_;
   }
 
   Status CheckLength() const {
     uint64_t cap = client_->options.max_transfer_bytes;
     std::optional<uint64_t> limit = req_.expected_size;
     if (total_ && (!limit || *total_ < *limit)) limit = total_;
+    if (req_.end && (!limit || *req_.end < *limit)) limit = req_.end;
     if ((limit && pos_ > *limit) || (cap > 0 && pos_ - start_ > cap)) {
       return Status(StatusCode::kCorrupt,
                     "GET " + url_ + ": body longer than expected (" +
@@ -151,9 +202,11 @@ class HttpStream final : public InputStream {
   }
 
   Status Changed(const std::string& why) const {
+    const std::string where = pinned_ ? "at byte " + std::to_string(pos_)
+                                      : "after " + std::to_string(pos_ - start_) + " bytes";
     return Status(StatusCode::kUnavailable,
-                  "GET " + url_ + ": the object changed while it was read (" + why + ") after " +
-                      std::to_string(pos_ - start_) + " bytes; read it again from the start",
+                  "GET " + url_ + ": the object changed while it was read (" + why + ") " +
+                      where + "; read it again from the start",
                   url_, static_cast<int64_t>(pos_));
   }
 
@@ -182,6 +235,10 @@ class HttpStream final : public InputStream {
   }
 
   Status Connect() {
+    if (req_.end && pos_ >= *req_.end) {
+      eof_ = true;
+      return Status::OK();
+    }
     while (true) {
       if (failures_ > client_->options.max_retries) {
         if (mirror_ + 1 < req_.urls.size()) {
@@ -206,16 +263,29 @@ class HttpStream final : public InputStream {
       current_ = HttpRequest();
       current_.url = req_.urls[mirror_];
       current_.headers = req_.headers;
-      if (pos_ > 0) current_.SetHeader("Range", "bytes=" + std::to_string(pos_) + "-");
-      if (!etag_.empty()) current_.SetHeader("If-Match", etag_);
+      if (req_.end) {
+        current_.SetHeader("Range", "bytes=" + std::to_string(pos_) + "-" +
+                                        std::to_string(*req_.end - 1));
+      } else if (pos_ > 0) {
+        current_.SetHeader("Range", "bytes=" + std::to_string(pos_) + "-");
+      }
+      if (!etag_.empty()) {
+        current_.SetHeader("If-Match", etag_);
+      } else if (!req_.if_unmodified_since.empty()) {
+        current_.SetHeader("If-Unmodified-Since", req_.if_unmodified_since);
+      }
       if (req_.sign) SHARDSTREAM_RETURN_IF_ERROR(req_.sign(current_));
       transfer_ = std::make_unique<CurlTransfer>(client_->options, client_->pool.get(),
                                                  client_->options.stream_buffer_bytes);
       transfer_->set_cancel(req_.cancel.get());
+      transfer_->set_stall_seconds(req_.stall_s);
       Status s = transfer_->Start(current_);
       if (!s.ok()) {
         transfer_.reset();
         if (!s.retryable()) return s.WithContext("", url_, static_cast<int64_t>(pos_));
+        const bool stall = s.message().find("(stalled)") != std::string::npos;
+        engine_.CountRetry(stall);
+        if (!stall) engine_.Signal(host_, HostSignal::kConnectionError);
         last_error_ = s;
         ++failures_;
         continue;
@@ -226,7 +296,12 @@ class HttpStream final : public InputStream {
       skip_ = 0;
       if (code == 206) {
         auto cr = ParseContentRange(resp.Header("content-range"));
-        if (!cr || cr->first != pos_) {
+        std::optional<uint64_t> want_last;
+        if (cr && req_.end) {
+          uint64_t end = cr->total ? std::min(*req_.end, *cr->total) : *req_.end;
+          want_last = end - 1;
+        }
+        if (!cr || cr->first != pos_ || (want_last && cr->last != *want_last)) {
           transfer_.reset();
           return Status(StatusCode::kCorrupt,
                         "GET " + url_ + ": asked for bytes from " + std::to_string(pos_) +
@@ -235,7 +310,7 @@ class HttpStream final : public InputStream {
                         url_, static_cast<int64_t>(pos_));
         }
         if (!etag_.empty() && !etag.empty() && etag != etag_) {
-          if (pos_ != start_) {
+          if (pos_ != start_ || pinned_) {
             transfer_.reset();
             return Changed("ETag " + etag_ + " -> " + etag);
           }
@@ -245,6 +320,14 @@ class HttpStream final : public InputStream {
         SHARDSTREAM_RETURN_IF_ERROR(AcceptTotal(cr->total));
         if (etag_.empty()) etag_ = etag;
         return Status::OK();
+      }
+      if (code == 200 && req_.end) {
+        transfer_.reset();
+        return Status(StatusCode::kCorrupt,
+                      "GET " + url_ + ": asked for bytes " + std::to_string(pos_) + "-" +
+                          std::to_string(*req_.end - 1) +
+                          ", server answered 200 with the whole object (Range ignored)",
+                      url_, static_cast<int64_t>(pos_));
       }
       if (code == 200) {
         if (!etag_.empty() && etag != etag_ && pos_ != start_) {
@@ -262,7 +345,10 @@ class HttpStream final : public InputStream {
       }
       if (code == 412) {
         transfer_.reset();
-        if (pos_ != start_) return Changed("If-Match " + etag_ + " failed");
+        if (pos_ != start_ || pinned_) {
+          return Changed(etag_.empty() ? "If-Unmodified-Since " + req_.if_unmodified_since + " failed"
+                                       : "If-Match " + etag_ + " failed");
+        }
         etag_.clear();
         total_.reset();
         ++failures_;
@@ -303,6 +389,11 @@ class HttpStream final : public InputStream {
                               : HttpStatusError(code, "GET", current_.url, "",
                                                 static_cast<int64_t>(pos_));
       if (RetryableHttpStatus(code)) {
+        if (code == 503 || code == 429) {
+          engine_.CountThrottle();
+          engine_.Signal(host_, HostSignal::kThrottled);
+        }
+        engine_.CountRetry(false);
         last_error_ = err;
         last_response_ = std::move(response);
         ++failures_;
@@ -328,14 +419,18 @@ class HttpStream final : public InputStream {
   Status pending_;  // a failure ReadWithin met, for Read to handle
   Status last_error_;
   std::optional<HttpResponse> last_response_;
+  const bool pinned_;  // the version was fixed by the caller: never follow a new one
+  TransferEngine& engine_;
+  const std::string host_;
+  bool up_ = false;  // counted as a connection in use
 };
 
 }  // namespace
 
 Result<std::unique_ptr<InputStream>> OpenHttpStream(std::shared_ptr<HttpClient::Shared> client,
-                                                    StreamRequest request) {
+                                                    StreamRequest request, StreamInfo* info) {
   auto stream = std::make_unique<HttpStream>(std::move(client), std::move(request));
-  SHARDSTREAM_RETURN_IF_ERROR(stream->Open());
+  SHARDSTREAM_RETURN_IF_ERROR(stream->Open(info));
   return std::unique_ptr<InputStream>(std::move(stream));
 }
 

@@ -13,9 +13,11 @@
 
 namespace shardstream::internal {
 
-// Sends the first GET before returning (so 404/403 fail here).
+// Sends the first GET before returning (so 404/403 fail here). Fills *info,
+// when given, from the first answer.
 Result<std::unique_ptr<InputStream>> OpenHttpStream(std::shared_ptr<HttpClient::Shared> client,
-                                                    StreamRequest request);
+                                                    StreamRequest request,
+                                                    StreamInfo* info = nullptr);
 
 }  // namespace shardstream::internal
 

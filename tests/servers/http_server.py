@@ -16,6 +16,7 @@ used once per request until its count runs out (count -1 = forever):
   {"kind": "wrong_length", "delta": D}  declare Content-Length + D, then close
   {"kind": "ignore_range"}              answer a Range request with 200
   {"kind": "change_etag"}               the object gets a new ETag from now on
+  {"kind": "none"}                      nothing (with "count": let N requests pass first)
 Optional keys: "path" (exact request path; default any), "method"
 (default GET; "POST" takes "status" rules only), "count" (default 1). Set faults with --fault JSON (repeat)
 or at run time: POST /_control/faults with a JSON rule or list;

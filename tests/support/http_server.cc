@@ -176,7 +176,7 @@ std::vector<nlohmann::json> HttpTestServer::Requests() const {
 
 void HttpTestServer::ClearLog() const { std::ofstream(log_, std::ios::trunc); }
 
-NginxServer::NginxServer(const std::string& root) {
+NginxServer::NginxServer(const std::string& root, const std::string& directives) {
   port_ = FreePort();
   std::string conf = dir_.Join("nginx.conf");
   std::ostringstream c;
@@ -192,7 +192,7 @@ NginxServer::NginxServer(const std::string& root) {
     << "  scgi_temp_path " << dir_.path() << "/scgi;\n"
     << "  default_type application/octet-stream;\n"
     << "  server {\n    listen 127.0.0.1:" << port_ << ";\n    root " << root
-    << ";\n  }\n}\n";
+    << ";\n    " << directives << "\n  }\n}\n";
   WriteFile(conf, c.str());
   proc_ = std::make_unique<ChildProcess>(std::vector<std::string>{
       "/usr/sbin/nginx", "-p", dir_.path(), "-e", dir_.Join("error.log"), "-c", conf});

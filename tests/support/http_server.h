@@ -63,9 +63,11 @@ class HttpTestServer {
 };
 
 // nginx (nginx-light) serving `root` with a generated config; no root needed.
+// `directives` go into the server block (e.g. "limit_rate 25m;", a store's
+// per-connection cap).
 class NginxServer {
  public:
-  explicit NginxServer(const std::string& root);
+  explicit NginxServer(const std::string& root, const std::string& directives = "");
   int port() const { return port_; }
   std::string Url(const std::string& path) const;
 

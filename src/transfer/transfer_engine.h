@@ -1,0 +1,125 @@
+// The process's transfer engine: worker threads (started on first use, up
+// to TransferOptions::max_connections) that run jobs, each one GET on one
+// connection. A free worker takes the queued job of lowest rank (0: a reader
+// waits on it now) whose host has a free connection under its AIMD limit and
+// whose bytes fit the in-flight budget (rank 0 always fits, so a reader never
+// waits on the budget). Also the home of the transfer counters
+// (GetTransferStats) and of the options in force.
+//
+// After fork() the child gets a fresh engine on first use (the parent's
+// threads do not exist there; the old one is leaked, never touched).
+//
+// Thread-safety: everything may be called from any thread.
+#ifndef SHARDSTREAM_TRANSFER_TRANSFER_ENGINE_H_
+#define SHARDSTREAM_TRANSFER_TRANSFER_ENGINE_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardstream/transfer.h"
+
+namespace shardstream::internal {
+
+class TransferJob {
+ public:
+  virtual ~TransferJob() = default;
+  // The host the job connects to (its AIMD limit).
+  virtual const std::string& host() const = 0;
+  // 0 when a reader waits on the job's bytes now, larger the further ahead
+  // of its reader; negative: not wanted any more (dropped unrun).
+  virtual int64_t Rank() const = 0;
+  // Bytes the job holds for its reader once it runs (taken from the budget
+  // at dispatch; the job's owner gives them back with ReleaseBytes).
+  virtual uint64_t Bytes() const = 0;
+  // Runs on a worker; `reserved` says whether Bytes() were taken.
+  virtual void Run(bool reserved) = 0;
+};
+
+// What a GET ended with, for its host's AIMD limit.
+enum class HostSignal { kSuccess, kThrottled, kConnectionError };
+
+class TransferEngine {
+ public:
+  // The engine of this process (a new one in a forked child).
+  static TransferEngine& Get();
+
+  void Submit(std::shared_ptr<TransferJob> job);
+  void ReleaseBytes(uint64_t n);
+  void Signal(const std::string& host, HostSignal signal);
+
+  // Counters kept by the streams (see transfer.h).
+  void CountBytes(uint64_t n) { bytes_.fetch_add(n, std::memory_order_relaxed); }
+  void CountRetry(bool stall) {
+    retries_.fetch_add(1, std::memory_order_relaxed);
+    if (stall) stalls_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountThrottle() { throttles_.fetch_add(1, std::memory_order_relaxed); }
+  void CountStream(bool parted) {
+    streams_.fetch_add(1, std::memory_order_relaxed);
+    if (parted) parted_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountHedge() { hedges_.fetch_add(1, std::memory_order_relaxed); }
+  void CountHedgeWin() { hedge_wins_.fetch_add(1, std::memory_order_relaxed); }
+  void CountReaderWait(std::chrono::steady_clock::duration d);
+  void CountPart(double seconds);
+  // A connection (a job's or a plain stream's) opens or closes: counts
+  // connections and the busy time.
+  void ConnectionUp();
+  void ConnectionDown();
+  // The median part time so far (0 before any part), for hedging.
+  double PartMedianSeconds() const;
+
+  TransferStats Stats() const;
+
+ private:
+  TransferEngine();
+  void WorkerLoop();
+  // The job to run next, or null; takes its bytes and host slot.
+  std::shared_ptr<TransferJob> Pick(bool* reserved, std::string* host,
+                                    std::vector<std::shared_ptr<TransferJob>>* dead);
+  struct Host {
+    double limit = 0;
+    int running = 0;
+    std::chrono::steady_clock::time_point last_decrease{};
+  };
+  Host& HostOf(const std::string& name);
+
+  const pid_t pid_;  // the process that made it
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<TransferJob>> queue_;
+  std::vector<std::thread> threads_;  // never joined: the engine lives as long as the process
+  int idle_ = 0;
+  int running_ = 0;
+  uint64_t bytes_in_flight_ = 0;
+  std::map<std::string, Host> hosts_;
+
+  std::atomic<uint64_t> bytes_{0}, retries_{0}, stalls_{0}, throttles_{0}, streams_{0},
+      parted_{0}, hedges_{0}, hedge_wins_{0};
+
+  mutable std::mutex stats_mu_;  // below
+  int connections_ = 0;
+  int peak_connections_ = 0;
+  std::chrono::steady_clock::time_point busy_since_{};
+  double busy_seconds_ = 0;
+  double reader_wait_seconds_ = 0;
+  std::vector<uint64_t> part_hist_;  // log-spaced part times (see CountPart)
+  uint64_t parts_ = 0;
+};
+
+// The host[:port] of an http(s) url ("" if none).
+std::string UrlHost(const std::string& url);
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_TRANSFER_TRANSFER_ENGINE_H_

@@ -1,0 +1,298 @@
+// Ranged parts over many connections (transfer.h) against real loopback
+// servers: our fault-injecting server, whose request log shows every part
+// that went over the wire, and nginx.
+#include "shardstream/transfer.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "shardstream/http_source.h"
+#include "support/http_server.h"
+#include "support/test_util.h"
+
+namespace shardstream {
+namespace {
+
+using testing::HttpTestServer;
+using testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kPart = 64 << 10;  // the smallest part size: many parts of a small object
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+Result<std::string> ReadAll(InputStream& in, size_t chunk = 10000) {
+  std::string out;
+  std::string buf(chunk, '\0');
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, in.Read(chunk, buf.data()));
+    if (got == 0) return out;
+    out.append(buf.data(), got);
+  }
+}
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+class TransferTest : public ::testing::Test {
+ protected:
+  TransferTest() : data_(RandomBytes(1 << 20, 11)), server_(root_.path()) {
+    testing::WriteFile(root_.Join("shard.tar"), data_);
+    saved_ = GetTransferOptions();
+    TransferOptions o = saved_;
+    o.part_size = kPart;
+    o.parts_per_stream = 8;
+    o.hedge_factor = 0;  // on in the tests that want it
+    SetTransferOptions(o);
+  }
+  ~TransferTest() override { SetTransferOptions(saved_); }
+
+  void Tune(const std::function<void(TransferOptions&)>& f) {
+    TransferOptions o = GetTransferOptions();
+    f(o);
+    SetTransferOptions(o);
+  }
+  std::shared_ptr<HttpSource> Source() {
+    HttpOptions o;
+    o.initial_backoff_s = 0.001;
+    o.max_backoff_s = 0.01;
+    o.connect_timeout_s = 2;
+    return NewHttpSource(o);
+  }
+  std::vector<nlohmann::json> Gets() const {
+    std::vector<nlohmann::json> out;
+    for (auto& r : server_.Requests())
+      if (r["method"] == "GET") out.push_back(r);
+    return out;
+  }
+  void ExpectBytes(const Result<std::string>& got, const std::string& want) {
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want.size());
+    EXPECT_TRUE(*got == want) << "bytes differ";
+  }
+
+  TempDir root_;
+  std::string data_;
+  HttpTestServer server_;
+  TransferOptions saved_;
+};
+
+TEST_F(TransferTest, PartsArriveInOrderOverManyConnections) {
+  auto before = GetTransferStats();
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ((*in)->size(), data_.size());
+  ExpectBytes(ReadAll(**in), data_);
+  auto gets = Gets();
+  // The first GET streams part 0; every other part is one bounded range,
+  // pinned to the first answer's ETag.
+  ASSERT_EQ(gets.size(), data_.size() / kPart);
+  EXPECT_TRUE(gets[0]["range"].is_null());
+  std::set<std::string> ranges;
+  for (size_t i = 1; i < gets.size(); ++i) {
+    ranges.insert(gets[i]["range"].get<std::string>());
+    EXPECT_FALSE(gets[i]["if_match"].is_null());
+  }
+  for (uint64_t k = 1; k < data_.size() / kPart; ++k)
+    EXPECT_EQ(ranges.count("bytes=" + std::to_string(k * kPart) + "-" +
+                           std::to_string((k + 1) * kPart - 1)), 1u) << k;
+  auto after = GetTransferStats();
+  EXPECT_EQ(after.parted_streams, before.parted_streams + 1);
+  EXPECT_EQ(after.parts - before.parts, data_.size() / kPart - 1);
+  EXPECT_EQ(after.bytes - before.bytes, data_.size());
+  EXPECT_GT(after.part_p50_s, 0);
+  EXPECT_GE(after.part_p99_s, after.part_p50_s);
+}
+
+TEST_F(TransferTest, FromAnOffsetAndWithAnOddLastPart) {
+  const uint64_t offset = 100003;
+  testing::WriteFile(root_.Join("odd.tar"), data_.substr(0, data_.size() - 777));
+  auto in = Source()->OpenInputStream(server_.Url("/odd.tar"), offset);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in, 4099), data_.substr(offset, data_.size() - 777 - offset));
+  EXPECT_EQ((*in)->position(), data_.size() - 777);
+}
+
+TEST_F(TransferTest, ResetsAndTruncationsInAnyPartLoseAndRepeatNoByte) {
+  server_.AddFault({{"kind", "drop"}, {"random", true}, {"count", 12}});
+  server_.AddFault({{"kind", "truncate"}, {"random", true}, {"count", 12}});
+  auto before = GetTransferStats();
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in, 3001), data_);
+  EXPECT_GE(GetTransferStats().retries - before.retries, 20u);
+}
+
+TEST_F(TransferTest, ObjectChangedBetweenPartsIsAnErrorNeverMixedBytes) {
+  Tune([](TransferOptions& o) { o.parts_per_stream = 1; });  // parts asked for one by one
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  // Short of the end of part 0: part 1 is asked for once part 0 is read.
+  std::string buf(kPart, '\0');
+  ASSERT_EQ(*(*in)->Read(kPart - 1, buf.data()), kPart - 1);
+  server_.AddFault({{"kind", "change_etag"}});
+  auto r = ReadAll(**in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("changed"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("/shard.tar"), std::string::npos) << r.status();
+  EXPECT_EQ(r.status().offset(), static_cast<int64_t>(kPart)) << r.status();
+}
+
+TEST_F(TransferTest, RangeAnsweredWith200InAPartIsAnError) {
+  Tune([](TransferOptions& o) { o.parts_per_stream = 1; });
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  server_.AddFault({{"kind", "ignore_range"}});
+  auto r = ReadAll(**in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status();
+  EXPECT_NE(r.status().message().find("Range ignored"), std::string::npos) << r.status();
+  EXPECT_EQ(r.status().offset(), static_cast<int64_t>(kPart)) << r.status();
+}
+
+TEST_F(TransferTest, ForbiddenInTheMiddleNamesTheUrlAndOffset) {
+  Tune([](TransferOptions& o) { o.parts_per_stream = 1; });
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar?X-Amz-Signature=secret"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::string buf(kPart, '\0');
+  ASSERT_EQ(*(*in)->Read(kPart - 1, buf.data()), kPart - 1);
+  server_.AddFault({{"kind", "status"}, {"code", 403}});
+  auto r = ReadAll(**in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kAuth) << r.status();
+  EXPECT_NE(r.status().message().find("/shard.tar"), std::string::npos) << r.status();
+  EXPECT_EQ(r.status().message().find("secret"), std::string::npos) << r.status();
+  EXPECT_EQ(r.status().offset(), static_cast<int64_t>(kPart)) << r.status();
+}
+
+TEST_F(TransferTest, AServerIgnoringRangeIsReadAsOneStream) {
+  server_.AddFault({{"kind", "ignore_range"}});
+  auto before = GetTransferStats();
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 5000);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in), data_.substr(5000));
+  EXPECT_EQ(Gets().size(), 1u);
+  EXPECT_EQ(GetTransferStats().parted_streams, before.parted_streams);
+}
+
+TEST_F(TransferTest, ASizeOtherThanTheManifestsIsAnError) {
+  auto src = Source();
+  HttpStreamOptions o;
+  o.expected_size = data_.size() + 10;
+  auto in = src->OpenStream(server_.Url("/shard.tar"), o);
+  Status s = in.ok() ? ReadAll(**in).status() : in.status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s;
+  EXPECT_NE(s.message().find(std::to_string(data_.size())), std::string::npos) << s;
+}
+
+TEST_F(TransferTest, AStalledPartCostsOneRetryNotTheStream) {
+  Tune([](TransferOptions& o) { o.stall_s = 1; });
+  // The third GET (a part) stops after 1000 bytes for 20 s.
+  server_.AddFault(nlohmann::json::array({{{"kind", "none"}, {"count", 2}},
+                                          {{"kind", "stall"}, {"after", 1000}, {"seconds", 20}}}));
+  auto before = GetTransferStats();
+  auto start = Clock::now();
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in), data_);
+  EXPECT_LT(Since(start), 6);
+  auto after = GetTransferStats();
+  EXPECT_GE(after.stalls - before.stalls, 1u);
+  bool resumed = false;  // the stalled part asked again from where it stopped
+  for (auto& g : Gets())
+    if (!g["range"].is_null() && g["range"].get<std::string>().find("-") != std::string::npos &&
+        (std::stoull(g["range"].get<std::string>().substr(6)) % kPart) == 1000)
+      resumed = true;
+  EXPECT_TRUE(resumed);
+}
+
+TEST_F(TransferTest, ASlowPartIsHedgedAndTheLoserDropped) {
+  Tune([](TransferOptions& o) {
+    o.hedge_factor = 3;
+    o.hedge_min_s = 0.3;
+    o.stall_s = 30;  // not a stall: a slow part
+    o.parts_per_stream = 4;
+  });
+  // Parts complete first (a median to compare with), then one part pauses
+  // 10 s after 1000 bytes.
+  server_.AddFault(nlohmann::json::array({{{"kind", "none"}, {"count", 8}},
+                                          {{"kind", "stall"}, {"after", 1000}, {"seconds", 10}}}));
+  auto before = GetTransferStats();
+  auto start = Clock::now();
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in), data_);
+  EXPECT_LT(Since(start), 5);
+  auto after = GetTransferStats();
+  EXPECT_EQ(after.hedges - before.hedges, 1u);
+  EXPECT_EQ(after.hedge_wins - before.hedge_wins, 1u);
+  // The loser's connection is dropped, not read to its end.
+  in->reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(GetTransferStats().connections, 0);
+}
+
+TEST_F(TransferTest, A503StormIsBoundedInRequestsAndThrottlesTheHost) {
+  server_.AddFault(nlohmann::json::array({{{"kind", "none"}, {"count", 1}},
+                                          {{"kind", "status"}, {"code", 503}, {"count", 10}}}));
+  auto before = GetTransferStats();
+  auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in), data_);
+  auto after = GetTransferStats();
+  EXPECT_EQ(after.throttles - before.throttles, 10u);
+  // Every part once, plus one request per 503: nothing else.
+  EXPECT_EQ(Gets().size(), data_.size() / kPart + 10);
+}
+
+TEST_F(TransferTest, DestroyingAStreamMidPartsIsPromptAndGivesBackTheBudget) {
+  server_.AddFault({{"kind", "stall"}, {"after", 10}, {"seconds", 20}, {"count", 3}});
+  {
+    auto in = Source()->OpenInputStream(server_.Url("/shard.tar"), 0);
+    ASSERT_TRUE(in.ok()) << in.status();
+    std::string buf(1000, '\0');
+    (void)(*in)->Read(10, buf.data());
+  }
+  auto start = Clock::now();
+  // A job gives back its stream's bytes just after its connection closes.
+  while ((GetTransferStats().connections > 0 || GetTransferStats().bytes_in_flight > 0) &&
+         Since(start) < 2)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(GetTransferStats().connections, 0);
+  EXPECT_EQ(GetTransferStats().bytes_in_flight, 0u);
+}
+
+TEST(TransferNginxTest, PartsFromNginxWithAPerConnectionCap) {
+  TempDir root;
+  std::string data = RandomBytes(24 << 20, 5);
+  testing::WriteFile(root.Join("big.tar"), data);
+  testing::NginxServer nginx(root.path(), "limit_rate 4m;");
+  TransferOptions saved = GetTransferOptions();
+  TransferOptions o = saved;
+  o.part_size = 1 << 20;
+  SetTransferOptions(o);
+  auto start = Clock::now();
+  auto in = NewHttpSource()->OpenInputStream(nginx.Url("/big.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  auto got = ReadAll(**in, 1 << 20);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == data);
+  // One connection at 4 MB/s would take 6 s; 16 at once take well under 2.
+  EXPECT_LT(Since(start), 3.5);
+  SetTransferOptions(saved);
+}
+
+}  // namespace
+}  // namespace shardstream
