@@ -109,7 +109,8 @@ cfg = json.loads(sys.argv[1])
 if cfg["part_size"] is not None:
     shardstream.set_transfer_options(part_size=cfg["part_size"])
 cache = tempfile.mkdtemp(dir=cfg["work"]) if cfg["cache"] else None
-ds = ShardDataset(cfg["manifest"], fields=["tokens.npy"], batch_size=256, cache_dir=cache)
+ds = ShardDataset(cfg["manifest"], fields=["tokens.npy"], batch_size=256, cache_dir=cache,
+                  cache_limit="8GiB" if cache else None)
 t0 = time.perf_counter(); c0 = time.process_time(); first = None; samples = 0
 for batch in ds:
     if first is None:
