@@ -22,7 +22,6 @@ import io
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,24 +31,7 @@ import time
 
 import numpy as np
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("nothing listens on port %d" % port)
+from remote_benchmark import free_port, wait_port
 
 
 def make_shards(root, n, shard_mib, seq=2048):

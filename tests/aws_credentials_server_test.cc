@@ -16,10 +16,10 @@
 #include "common/log_capture.h"
 #include "shardstream/aws_credentials.h"
 #include "shardstream/s3.h"
-#include "shardstream/transfer.h"
 #include "support/aws_env.h"
 #include "support/http_server.h"
 #include "support/test_util.h"
+#include "support/transfer_options.h"
 
 namespace shardstream {
 namespace {
@@ -386,14 +386,7 @@ TEST_F(AwsCredentialServerTest, AStreamBrokenAfterExpiryResumesWithFreshCredenti
   const size_t size = size_t{256} << 20;
   // One GET, so that its own connection is the one reset (parts are signed
   // one by one as they are asked for: LaterPartsAreSignedWithFreshKeys).
-  TransferOptions saved = GetTransferOptions();
-  TransferOptions one_get = saved;
-  one_get.part_size = 0;
-  SetTransferOptions(one_get);
-  struct Restore {
-    TransferOptions o;
-    ~Restore() { SetTransferOptions(o); }
-  } restore{saved};
+  testing::ScopedTransferOptions one_get([](TransferOptions& o) { o.part_size = 0; });
   AwsMetadataServer imds(*moto_, 4);
   FaultProxy proxy(moto_->port());
   TempDir dir;
@@ -440,15 +433,10 @@ TEST_F(AwsCredentialServerTest, AStreamBrokenAfterExpiryResumesWithFreshCredenti
 
 TEST_F(AwsCredentialServerTest, LaterPartsAreSignedWithFreshKeys) {
   const size_t size = size_t{64} << 20;
-  TransferOptions saved = GetTransferOptions();
-  TransferOptions o = saved;
-  o.part_size = 1 << 20;
-  o.parts_per_stream = 2;  // parts asked for as the reader goes, across the expiry
-  SetTransferOptions(o);
-  struct Restore {
-    TransferOptions o;
-    ~Restore() { SetTransferOptions(o); }
-  } restore{saved};
+  testing::ScopedTransferOptions options([](TransferOptions& o) {
+    o.part_size = 1 << 20;
+    o.parts_per_stream = 2;  // parts asked for as the reader goes, across the expiry
+  });
   AwsMetadataServer imds(*moto_, 4);
   ScopedAwsEnv env({{"AWS_EC2_METADATA_DISABLED", std::nullopt},
                     {"AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.Url()},

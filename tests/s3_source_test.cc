@@ -1,7 +1,6 @@
 // S3 against moto's server with SigV4 authentication enforced (a wrong
 // signature is rejected), plus S3 retries against our fault-injecting server.
 #include "shardstream/s3.h"
-#include "shardstream/transfer.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +11,7 @@
 #include "common/log_capture.h"
 #include "support/http_server.h"
 #include "support/test_util.h"
+#include "support/transfer_options.h"
 
 namespace shardstream {
 namespace {
@@ -141,10 +141,7 @@ TEST_F(S3SourceTest, RightKeysWorkForPutHeadGetRangeAndList) {
 }
 
 TEST_F(S3SourceTest, LargeObjectsAreReadInSignedRangedParts) {
-  TransferOptions saved = GetTransferOptions();
-  TransferOptions o = saved;
-  o.part_size = 64 << 10;
-  SetTransferOptions(o);
+  testing::ScopedTransferOptions options([](TransferOptions& o) { o.part_size = 64 << 10; });
   auto client = Client();
   std::string data = RandomBytes(1 << 20, 3);
   ASSERT_TRUE(client->Put("s3://data/parts/big.tar", data).ok());
@@ -157,7 +154,6 @@ TEST_F(S3SourceTest, LargeObjectsAreReadInSignedRangedParts) {
   auto after = GetTransferStats();
   EXPECT_EQ(after.parted_streams, before.parted_streams + 1);
   EXPECT_EQ(after.parts - before.parts, 15u);  // every part but the first GET's was signed
-  SetTransferOptions(saved);
 }
 
 TEST_F(S3SourceTest, KeysWithSpacesRoundTrip) {

@@ -13,11 +13,13 @@
 #include "shardstream/http_source.h"
 #include "support/http_server.h"
 #include "support/test_util.h"
+#include "support/transfer_options.h"
 
 namespace shardstream {
 namespace {
 
 using testing::HttpTestServer;
+using testing::ScopedTransferOptions;
 using testing::TempDir;
 using Clock = std::chrono::steady_clock;
 
@@ -46,22 +48,18 @@ double Since(Clock::time_point t) {
 
 class TransferTest : public ::testing::Test {
  protected:
-  TransferTest() : data_(RandomBytes(1 << 20, 11)), server_(root_.path()) {
+  TransferTest()
+      : data_(RandomBytes(1 << 20, 11)),
+        server_(root_.path()),
+        options_([](TransferOptions& o) {
+          o.part_size = kPart;
+          o.parts_per_stream = 8;
+          o.hedge_factor = 0;  // on in the tests that want it
+        }) {
     testing::WriteFile(root_.Join("shard.tar"), data_);
-    saved_ = GetTransferOptions();
-    TransferOptions o = saved_;
-    o.part_size = kPart;
-    o.parts_per_stream = 8;
-    o.hedge_factor = 0;  // on in the tests that want it
-    SetTransferOptions(o);
   }
-  ~TransferTest() override { SetTransferOptions(saved_); }
 
-  void Tune(const std::function<void(TransferOptions&)>& f) {
-    TransferOptions o = GetTransferOptions();
-    f(o);
-    SetTransferOptions(o);
-  }
+  void Tune(const std::function<void(TransferOptions&)>& f) { options_.Change(f); }
   std::shared_ptr<HttpSource> Source() {
     HttpOptions o;
     o.initial_backoff_s = 0.001;
@@ -84,7 +82,7 @@ class TransferTest : public ::testing::Test {
   TempDir root_;
   std::string data_;
   HttpTestServer server_;
-  TransferOptions saved_;
+  ScopedTransferOptions options_;
 };
 
 TEST_F(TransferTest, PartsArriveInOrderOverManyConnections) {
@@ -279,10 +277,7 @@ TEST(TransferNginxTest, PartsFromNginxWithAPerConnectionCap) {
   std::string data = RandomBytes(24 << 20, 5);
   testing::WriteFile(root.Join("big.tar"), data);
   testing::NginxServer nginx(root.path(), "limit_rate 4m;");
-  TransferOptions saved = GetTransferOptions();
-  TransferOptions o = saved;
-  o.part_size = 1 << 20;
-  SetTransferOptions(o);
+  ScopedTransferOptions options([](TransferOptions& o) { o.part_size = 1 << 20; });
   auto start = Clock::now();
   auto in = NewHttpSource()->OpenInputStream(nginx.Url("/big.tar"), 0);
   ASSERT_TRUE(in.ok()) << in.status();
@@ -291,7 +286,6 @@ TEST(TransferNginxTest, PartsFromNginxWithAPerConnectionCap) {
   EXPECT_TRUE(*got == data);
   // One connection at 4 MB/s would take 6 s; 16 at once take well under 2.
   EXPECT_LT(Since(start), 3.5);
-  SetTransferOptions(saved);
 }
 
 }  // namespace

@@ -16,16 +16,13 @@
 // the first answer wins (a hedge).
 //
 // Processes on one node: each process has its own engine. Give each its
-// share with SetTransferOptions (shardstream.torch does this for the ranks
-// and DataLoader workers of a node: see docs/object-storage.md).
+// share with SetTransferOptions or the environment (docs/object-storage.md).
 //
 // Thread-safety: every function here may be called from any thread.
 #ifndef SHARDSTREAM_TRANSFER_H_
 #define SHARDSTREAM_TRANSFER_H_
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "shardstream/export.h"
 

@@ -60,6 +60,20 @@ def _labels(labels: Mapping[str, Any]) -> str:
     return "{" + ",".join(parts) + "}"
 
 
+def _scalars(lines: List[str], prefix: str, stats: Mapping[str, Any], lab: str,
+             counters: Mapping[str, str] = _COUNTERS, gauges: Mapping[str, str] = _GAUGES) -> None:
+    """Appends the counters (as ``_total``) and gauges of ``stats`` present in the tables."""
+    for name, help_text in counters.items():
+        if name in stats:
+            lines += [f"# HELP {prefix}_{name}_total {help_text}",
+                      f"# TYPE {prefix}_{name}_total counter",
+                      f"{prefix}_{name}_total{lab} {stats[name]}"]
+    for name, help_text in gauges.items():
+        if name in stats:
+            lines += [f"# HELP {prefix}_{name} {help_text}", f"# TYPE {prefix}_{name} gauge",
+                      f"{prefix}_{name}{lab} {stats[name]}"]
+
+
 def to_prometheus(stats: Mapping[str, Any], prefix: str = "shardstream_loader",
                   labels: Mapping[str, Any] = {}) -> str:
     """Prometheus text format (version 0.0.4) for a Loader's stats() dict.
@@ -70,31 +84,14 @@ def to_prometheus(stats: Mapping[str, Any], prefix: str = "shardstream_loader",
     """
     lines: List[str] = []
     lab = _labels(labels)
-    for name, help_text in _COUNTERS.items():
-        if name in stats:
-            lines += [f"# HELP {prefix}_{name}_total {help_text}",
-                      f"# TYPE {prefix}_{name}_total counter",
-                      f"{prefix}_{name}_total{lab} {stats[name]}"]
-    for name, help_text in _GAUGES.items():
-        if name in stats:
-            lines += [f"# HELP {prefix}_{name} {help_text}", f"# TYPE {prefix}_{name} gauge",
-                      f"{prefix}_{name}{lab} {stats[name]}"]
+    _scalars(lines, prefix, stats, lab)
     read = stats.get("read_bytes") or {}
     lines += [f"# HELP {prefix}_read_bytes_total Shard bytes read, by where they came from",
               f"# TYPE {prefix}_read_bytes_total counter"]
     for source, n in sorted(read.items()):
         lines.append(f"{prefix}_read_bytes_total{_labels({**labels, 'source': source})} {n}")
-    transfer = stats.get("transfer") or {}
-    tprefix = prefix.replace("_loader", "") + "_transfer"
-    for name, help_text in _TRANSFER_COUNTERS.items():
-        if name in transfer:
-            lines += [f"# HELP {tprefix}_{name}_total {help_text}",
-                      f"# TYPE {tprefix}_{name}_total counter",
-                      f"{tprefix}_{name}_total{lab} {transfer[name]}"]
-    for name, help_text in _TRANSFER_GAUGES.items():
-        if name in transfer:
-            lines += [f"# HELP {tprefix}_{name} {help_text}", f"# TYPE {tprefix}_{name} gauge",
-                      f"{tprefix}_{name}{lab} {transfer[name]}"]
+    _scalars(lines, prefix.replace("_loader", "") + "_transfer", stats.get("transfer") or {}, lab,
+             _TRANSFER_COUNTERS, _TRANSFER_GAUGES)
     bounds = stats.get("wait_bucket_us") or []
     counts = stats.get("wait_counts") or []
     if counts:

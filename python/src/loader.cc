@@ -27,14 +27,12 @@
 #include "interruptible.h"
 #include "loader_options.h"
 #include "shardstream/loader.h"
-#include "shardstream/transfer.h"
 #include "status_to_exception.h"
+#include "transfer.h"
 
 namespace py = pybind11;
 
 namespace shardstream::python {
-py::dict TransferStatsToDict(const TransferStats& s);  // transfer.cc
-
 namespace {
 
 py::dict StatsToDict(const LoaderStats& s) {

@@ -1,11 +1,28 @@
 // Transfer options and counters (shardstream/transfer.h) for Python.
-#include <pybind11/pybind11.h>
+#include "transfer.h"
 
-#include "shardstream/transfer.h"
+#include <string>
+#include <type_traits>
 
 namespace py = pybind11;
 
 namespace shardstream::python {
+namespace {
+
+// Every option once, by name: `f(name, member)` for each.
+template <typename F>
+void ForEachOption(TransferOptions& o, F&& f) {
+  f("part_size", o.part_size);
+  f("parts_per_stream", o.parts_per_stream);
+  f("max_connections", o.max_connections);
+  f("initial_host_connections", o.initial_host_connections);
+  f("max_bytes_in_flight", o.max_bytes_in_flight);
+  f("stall_s", o.stall_s);
+  f("hedge_factor", o.hedge_factor);
+  f("hedge_min_s", o.hedge_min_s);
+}
+
+}  // namespace
 
 py::dict TransferStatsToDict(const TransferStats& s) {
   py::dict d;
@@ -35,30 +52,20 @@ void RegisterTransfer(py::module_& m) {
   m.def("get_transfer_options", [] {
     TransferOptions o = GetTransferOptions();
     py::dict d;
-    d["part_size"] = o.part_size;
-    d["parts_per_stream"] = o.parts_per_stream;
-    d["max_connections"] = o.max_connections;
-    d["initial_host_connections"] = o.initial_host_connections;
-    d["max_bytes_in_flight"] = o.max_bytes_in_flight;
-    d["stall_s"] = o.stall_s;
-    d["hedge_factor"] = o.hedge_factor;
-    d["hedge_min_s"] = o.hedge_min_s;
+    ForEachOption(o, [&](const char* name, auto& value) { d[name] = value; });
     return d;
   });
   m.def("set_transfer_options", [](const py::dict& d) {
     TransferOptions o = GetTransferOptions();
     for (auto item : d) {
-      auto key = item.first.cast<std::string>();
-      py::handle v = item.second;
-      if (key == "part_size") o.part_size = v.cast<uint64_t>();
-      else if (key == "parts_per_stream") o.parts_per_stream = v.cast<int>();
-      else if (key == "max_connections") o.max_connections = v.cast<int>();
-      else if (key == "initial_host_connections") o.initial_host_connections = v.cast<int>();
-      else if (key == "max_bytes_in_flight") o.max_bytes_in_flight = v.cast<uint64_t>();
-      else if (key == "stall_s") o.stall_s = v.cast<double>();
-      else if (key == "hedge_factor") o.hedge_factor = v.cast<double>();
-      else if (key == "hedge_min_s") o.hedge_min_s = v.cast<double>();
-      else throw py::value_error("set_transfer_options: unknown option '" + key + "'");
+      const auto key = item.first.cast<std::string>();
+      bool known = false;
+      ForEachOption(o, [&](const char* name, auto& value) {
+        if (key != name) return;
+        value = item.second.cast<std::remove_reference_t<decltype(value)>>();
+        known = true;
+      });
+      if (!known) throw py::value_error("set_transfer_options: unknown option '" + key + "'");
     }
     SetTransferOptions(o);
   });

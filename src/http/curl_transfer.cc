@@ -207,6 +207,8 @@ Status CurlTransfer::Drive(Pred ready, const std::chrono::steady_clock::time_poi
       if (msg->msg == CURLMSG_DONE) {
         done_ = true;
         result_ = msg->data.result;
+        // After the headers, curl's only timeout is the low-speed limit.
+        if (result_ == CURLE_OPERATION_TIMEDOUT && headers_done_) stalled_ = true;
       }
     }
     if (ready() || done_) break;
@@ -216,6 +218,7 @@ Status CurlTransfer::Drive(Pred ready, const std::chrono::steady_clock::time_poi
     auto silent = std::chrono::steady_clock::now() - last_data_;
     const int64_t stall_ms = StallMs();
     if (stall_ms > 0 && silent > std::chrono::milliseconds(stall_ms)) {
+      stalled_ = true;
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", static_cast<double>(stall_ms) / 1000);
       return Status(StatusCode::kUnavailable,

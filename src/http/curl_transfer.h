@@ -78,6 +78,9 @@ class CurlTransfer {
   void set_stall_seconds(double s) { stall_override_s_ = s; }
   // Body bytes received so far (handed out or buffered).
   uint64_t received() const { return received_; }
+  // True once the transfer failed for having received nothing for the
+  // stall limit (ours, or curl's low-speed limit).
+  bool stalled() const { return stalled_; }
 
  private:
   static size_t OnWrite(char* data, size_t size, size_t nmemb, void* self);
@@ -98,6 +101,7 @@ class CurlTransfer {
   const HttpOptions& options_;
   const std::atomic<bool>* cancel_ = nullptr;
   double stall_override_s_ = 0;
+  bool stalled_ = false;
   CurlConnectionPool* pool_;
   size_t buffer_limit_;
   CurlEasyPtr easy_;

@@ -119,9 +119,7 @@ class HttpStream final : public InputStream {
       }
       if (!failure.retryable()) return failure.WithContext("", url_, static_cast<int64_t>(pos_));
       Log().debug("http stream {} interrupted at byte {}: {}", url_, pos_, failure.ToString());
-      const bool stall = failure.message().find("(stalled)") != std::string::npos;
-      engine_.CountRetry(stall);
-      if (!stall) engine_.Signal(host_, HostSignal::kConnectionError);
+      CountRetry(transfer_ && transfer_->stalled());
       last_error_ = failure;
       transfer_.reset();
       ++failures_;
@@ -152,6 +150,13 @@ class HttpStream final : public InputStream {
     engine_.CountBytes(got);
     SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
     return got;
+  }
+
+  // A failed attempt about to be retried. A stall is this connection's
+  // trouble; a reset or refused connection may be the host's load.
+  void CountRetry(bool stalled) {
+    engine_.CountRetry(stalled);
+    if (!stalled) engine_.Signal(host_, HostSignal::kConnectionError);
   }
 
   void Down() {
@@ -281,11 +286,10 @@ class HttpStream final : public InputStream {
       transfer_->set_stall_seconds(req_.stall_s);
       Status s = transfer_->Start(current_);
       if (!s.ok()) {
+        const bool stalled = transfer_->stalled();
         transfer_.reset();
         if (!s.retryable()) return s.WithContext("", url_, static_cast<int64_t>(pos_));
-        const bool stall = s.message().find("(stalled)") != std::string::npos;
-        engine_.CountRetry(stall);
-        if (!stall) engine_.Signal(host_, HostSignal::kConnectionError);
+        CountRetry(stalled);
         last_error_ = s;
         ++failures_;
         continue;

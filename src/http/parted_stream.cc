@@ -95,13 +95,13 @@ class PartJob final : public TransferJob {
   }
   uint64_t Bytes() const override { return hedge_ ? 0 : s_->parts[index_].len; }
 
-  void Run(bool reserved) override {
+  void Run() override {
     PartsShared& s = *s_;
     Part& p = s.parts[index_];
     uint64_t from;
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      if (reserved) p.reserved += Bytes();
+      p.reserved += Bytes();
       if (s.stop->load() || p.done || p.failed) return;
       if (!p.buf) {
         p.buf = PartBuffer::New(p.len);
@@ -127,7 +127,6 @@ class PartJob final : public TransferJob {
     r.cancel = p.cancel;
     r.stall_s = s.opts.stall_s;
     Status err;
-    bool won = false;
     auto opened = OpenHttpStream(s.client, std::move(r));
     if (!opened.ok()) {
       err = opened.status();
@@ -151,8 +150,12 @@ class PartJob final : public TransferJob {
           p.filled = end;
           if (p.filled == p.len) {
             p.done = true;
-            won = true;
             p.cancel->store(true);  // the other attempt, if any, stops
+            // Counted before the reader can see the last byte, so that the
+            // counters agree with what was delivered.
+            s.engine->CountPart(std::chrono::duration<double>(Clock::now() - p.started).count());
+            if (hedge_) s.engine->CountHedgeWin();
+            s.engine->Signal(s.host, HostSignal::kSuccess);
           }
           s.cv.notify_all();
         }
@@ -162,11 +165,7 @@ class PartJob final : public TransferJob {
     }
     std::lock_guard<std::mutex> lock(s.mu);
     p.running--;
-    if (won) {
-      s.engine->CountPart(std::chrono::duration<double>(Clock::now() - p.started).count());
-      if (hedge_) s.engine->CountHedgeWin();
-      s.engine->Signal(s.host, HostSignal::kSuccess);
-    } else if (!p.done && p.running == 0) {
+    if (!p.done && p.running == 0) {
       if (err.ok()) {
         err = Status(StatusCode::kCorrupt, "GET " + s.url + ": part ended before its last byte",
                      s.url, static_cast<int64_t>(p.begin + p.filled));
@@ -275,6 +274,7 @@ class PartedStream final : public InputStream {
     {
       std::unique_lock<std::mutex> lock(s_->mu);
       const Clock::time_point wait_start = Clock::now();
+      const bool waits = p.filled <= off && !p.failed;
       while (p.filled <= off && !p.failed) {
         Clock::time_point now = Clock::now();
         if (deadline != nullptr && now >= *deadline) break;
@@ -297,7 +297,7 @@ class PartedStream final : public InputStream {
         else
           s_->cv.wait_for(lock, slice);
       }
-      s_->engine->CountReaderWait(Clock::now() - wait_start);
+      if (waits) s_->engine->CountReaderWait(Clock::now() - wait_start);
       if (!hedge) {
         if (p.filled > off) {
           src = p.buf->data() + off;

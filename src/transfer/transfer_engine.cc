@@ -150,7 +150,7 @@ void TransferEngine::Signal(const std::string& host, HostSignal signal) {
   cv_.notify_all();
 }
 
-std::shared_ptr<TransferJob> TransferEngine::Pick(bool* reserved, std::string* host,
+std::shared_ptr<TransferJob> TransferEngine::Pick(std::string* host,
                                                   std::vector<std::shared_ptr<TransferJob>>* dead) {
   const uint64_t budget = GetTransferOptions().max_bytes_in_flight;
   // Jobs whose stream is gone leave unrun (destroyed by the caller, unlocked:
@@ -178,7 +178,6 @@ std::shared_ptr<TransferJob> TransferEngine::Pick(bool* reserved, std::string* h
   if (best == queue_.size()) return nullptr;
   auto job = std::move(queue_[best]);
   queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(best));
-  *reserved = true;
   bytes_in_flight_ += job->Bytes();
   *host = job->host();
   HostOf(*host).running++;
@@ -188,13 +187,12 @@ std::shared_ptr<TransferJob> TransferEngine::Pick(bool* reserved, std::string* h
 void TransferEngine::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    bool reserved = false;
     std::string host;
     std::shared_ptr<TransferJob> job;
     std::vector<std::shared_ptr<TransferJob>> dead;
     idle_++;
     // Ranks change as readers move on: look again now and then.
-    while ((job = Pick(&reserved, &host, &dead)) == nullptr) {
+    while ((job = Pick(&host, &dead)) == nullptr) {
       if (!dead.empty()) {
         lock.unlock();
         dead.clear();
@@ -211,7 +209,7 @@ void TransferEngine::WorkerLoop() {
     running_++;
     lock.unlock();
     dead.clear();
-    job->Run(reserved);
+    job->Run();
     job.reset();
     lock.lock();
     running_--;

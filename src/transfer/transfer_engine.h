@@ -41,8 +41,8 @@ class TransferJob {
   // Bytes the job holds for its reader once it runs (taken from the budget
   // at dispatch; the job's owner gives them back with ReleaseBytes).
   virtual uint64_t Bytes() const = 0;
-  // Runs on a worker; `reserved` says whether Bytes() were taken.
-  virtual void Run(bool reserved) = 0;
+  // Runs on a worker, Bytes() taken from the budget.
+  virtual void Run() = 0;
 };
 
 // What a GET ended with, for its host's AIMD limit.
@@ -85,7 +85,7 @@ class TransferEngine {
   TransferEngine();
   void WorkerLoop();
   // The job to run next, or null; takes its bytes and host slot.
-  std::shared_ptr<TransferJob> Pick(bool* reserved, std::string* host,
+  std::shared_ptr<TransferJob> Pick(std::string* host,
                                     std::vector<std::shared_ptr<TransferJob>>* dead);
   struct Host {
     double limit = 0;

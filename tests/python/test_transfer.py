@@ -1,0 +1,73 @@
+"""Ranged parts from Python: the options, the counters in transfer_stats(), stats() and the
+Prometheus text, and a data set read exactly once in parts through resets and a 503 storm,
+from our fault-injecting server on loopback."""
+
+import json
+import os
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+import shardstream
+from conftest import HERE, line_server
+from shardstream.torch import ShardDataset
+
+SERVER = os.path.join(HERE, "..", "servers", "http_server.py")
+
+
+@pytest.fixture
+def small_parts():
+    saved = shardstream.transfer_options()
+    shardstream.set_transfer_options(part_size="64KiB", parts_per_stream=4)
+    yield
+    shardstream.set_transfer_options(**saved)
+
+
+def test_options_take_sizes_and_refuse_unknown_keys(small_parts):
+    assert shardstream.transfer_options()["part_size"] == 64 << 10
+    assert shardstream.transfer_options()["parts_per_stream"] == 4
+    with pytest.raises(ValueError, match="unknown option 'parts'"):
+        shardstream.set_transfer_options(parts=3)
+    with pytest.raises(shardstream.ConfigError):
+        shardstream.set_transfer_options(part_size="lots")
+    assert shardstream.transfer_options()["part_size"] == 64 << 10  # nothing half-applied
+
+
+def test_a_data_set_in_parts_through_faults_exactly_once(small_parts, tmp_path):
+    root = tmp_path / "root"
+    n, seq = 400, 1024  # 4 KiB of tokens a sample: 8 shards of about 200 KiB, 4 parts each
+    with shardstream.ShardWriter(str(root), max_samples=50) as w:
+        for i in range(n):
+            w.write({"__key__": f"s{i:06d}", "tokens.npy": np.full(seq, i, dtype=np.int32)})
+    with line_server([sys.executable, SERVER, "--root", str(root)]) as (_, words):
+        base = f"http://127.0.0.1:{words[0]}"
+
+        def fault(rule):
+            req = urllib.request.Request(base + "/_control/faults", data=json.dumps(rule).encode(),
+                                         method="POST")
+            urllib.request.urlopen(req).read()
+
+        fault([{"kind": "drop", "random": True, "count": 10},
+               {"kind": "status", "code": 503, "count": 5}])
+        before = shardstream.transfer_stats()
+        ds = ShardDataset(base + "/manifest.jsonl", fields=["tokens.npy"], batch_size=16)
+        seen = []
+        for batch in ds:
+            tokens = batch["tokens.npy"].numpy()
+            ids = [int(k[1:]) for k in batch["__key__"]]
+            assert all((tokens[j] == i).all() for j, i in enumerate(ids))
+            seen += ids
+        assert sorted(seen) == list(range(n))
+        after = shardstream.transfer_stats()
+        assert after["parted_streams"] - before["parted_streams"] == 8
+        assert after["parts"] - before["parts"] >= 8 * 3
+        assert after["throttles"] - before["throttles"] == 5
+        # Every 503 and the resets that hit a shard (some hit the manifest, through another path).
+        assert after["retries"] - before["retries"] > 5
+        assert after["connections"] == 0
+        assert ds.stats()["transfer"]["parts"] == after["parts"]
+        text = shardstream.metrics.to_prometheus({"transfer": after})
+        assert f"shardstream_transfer_parts_total {after['parts']}" in text
+        assert "# TYPE shardstream_transfer_connections gauge" in text
