@@ -7,10 +7,16 @@
 
 #include <chrono>
 #include <random>
+#include <map>
 #include <set>
 #include <thread>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shardstream/checksum.h"
 #include "shardstream/http_source.h"
+#include "shardstream/shard_cache.h"
 #include "support/http_server.h"
 #include "support/test_util.h"
 #include "support/transfer_options.h"
@@ -270,6 +276,57 @@ TEST_F(TransferTest, DestroyingAStreamMidPartsIsPromptAndGivesBackTheBudget) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(GetTransferStats().connections, 0);
   EXPECT_EQ(GetTransferStats().bytes_in_flight, 0u);
+}
+
+// Eight processes on one node share a cache directory: each shard is
+// downloaded once, in parts, and every part is asked for once in all.
+TEST_F(TransferTest, EightProcessesFetchEachShardOnceInParts) {
+  constexpr int kShards = 4, kProcesses = 8;
+  std::vector<ShardRef> refs;
+  for (int i = 0; i < kShards; ++i) {
+    std::string name = "/p" + std::to_string(i) + ".tar";
+    std::string bytes = RandomBytes(1 << 20, 100 + i);
+    testing::WriteFile(root_.Join(name.substr(1)), bytes);
+    refs.emplace_back(server_.Url(name), static_cast<int64_t>(bytes.size()),
+                      ChecksumOf(bytes));
+  }
+  TempDir cache_dir;
+  server_.ClearLog();
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcesses; ++p) {
+    pid_t pid = ::fork();
+    if (pid == 0) {  // the child: no gtest, an exit status
+      ShardCacheOptions o;
+      o.dir = cache_dir.path();
+      o.limit_bytes = 64 << 20;
+      o.source = Source();
+      auto cache = ShardCache::Create(o);
+      if (!cache.ok()) ::_exit(2);
+      for (int k = 0; k < kShards; ++k) {
+        const ShardRef& ref = refs[static_cast<size_t>((k + p) % kShards)];
+        auto shard = (*cache)->Open(ref);
+        if (!shard.ok()) ::_exit(3);
+        auto bytes = ReadAll(**shard, 65536);
+        if (!bytes.ok()) ::_exit(4);
+        if (ChecksumOf(*bytes) != ref.checksum) ::_exit(5);
+      }
+      ::_exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  std::map<std::string, std::multiset<std::string>> ranges;  // path -> ranges asked for
+  for (auto& g : Gets())
+    ranges[g["path"].get<std::string>()].insert(g["range"].is_null() ? "" : g["range"].get<std::string>());
+  ASSERT_EQ(ranges.size(), static_cast<size_t>(kShards));
+  for (auto& [path, asked] : ranges) {
+    EXPECT_EQ(asked.size(), (1u << 20) / kPart) << path;  // the first GET and 15 parts
+    EXPECT_EQ(std::set<std::string>(asked.begin(), asked.end()).size(), asked.size()) << path;
+  }
 }
 
 TEST(TransferNginxTest, PartsFromNginxWithAPerConnectionCap) {

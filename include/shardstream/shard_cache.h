@@ -64,10 +64,11 @@ struct ShardCacheOptions {
   // source fails with a retryable error. Default: 3.
   int max_attempts = 3;
   // Threads of the download pool (separate from the callers' reader threads).
-  // Default: 4.
-  int download_threads = 4;
-  // How many of the upcoming shards Prefetch() downloads ahead. Default: 4.
-  int prefetch_lookahead = 4;
+  // Each download reads its shard in ranged parts over several connections
+  // (transfer.h), within the process's connection budget. Default: 8.
+  int download_threads = 8;
+  // How many of the upcoming shards Prefetch() downloads ahead. Default: 8.
+  int prefetch_lookahead = 8;
   // A reader waiting for bytes gives up with kUnavailable after this long
   // without progress. Default: 120 s.
   std::chrono::milliseconds stall_timeout{120000};

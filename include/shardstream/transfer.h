@@ -16,7 +16,9 @@
 // the first answer wins (a hedge).
 //
 // Processes on one node: each process has its own engine. Give each its
-// share with SetTransferOptions or the environment (docs/object-storage.md).
+// share with SetTransferOptions or the environment; shardstream.torch gives
+// every rank and DataLoader worker its share of a node budget
+// (docs/object-storage.md).
 //
 // Thread-safety: every function here may be called from any thread.
 #ifndef SHARDSTREAM_TRANSFER_H_

@@ -37,6 +37,7 @@ import torch.utils.data
 from . import _core
 from .errors import ConfigError
 from .loader import FieldsArg, Loader, loader_options, merge_own_states, merge_states
+from .transfer import share_node_budget
 
 STATE_FORMAT = "shardstream-dataset-state"
 
@@ -455,6 +456,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
         if self._node_local and not solo:
             local = self._local_world or ranks_per_node(rank, world)
             node = {"node_local": True, "local_world_size": local}
+        # Every rank and DataLoader worker of the node reads remote shards through its own
+        # transfer engine: each takes its share of the node's budget.
+        local_world = self._local_world or int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        share_node_budget(local_world * max(1, workers))
         self._loader = Loader(self.urls, batch_size=self.batch_size or 1, rank=rank,
                               world_size=world, worker=worker, num_workers=workers,
                               epoch=self._epoch, **node, **self._kwargs)

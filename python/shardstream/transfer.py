@@ -9,11 +9,26 @@ docs/object-storage.md.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Union
 
 from . import _core
 
 _SIZES = ("part_size", "max_bytes_in_flight")
+
+# What one node's processes share by default: each process (rank or DataLoader worker) takes
+# its part of it (share_node_budget), never more than a lone process's defaults.
+NODE_CONNECTIONS = 256
+NODE_BYTES_IN_FLIGHT = 2 << 30
+# The least a process is given, however many share the node.
+_MIN_CONNECTIONS = 8
+_MIN_BYTES = 64 << 20
+_BUDGET_ENV = {"max_connections": "SHARDSTREAM_MAX_CONNECTIONS",
+               "max_bytes_in_flight": "SHARDSTREAM_MAX_INFLIGHT"}
+# A lone process's defaults (before any change in this process).
+_DEFAULTS = dict(_core.get_transfer_options())
+# Options the user set (set_transfer_options): share_node_budget leaves them alone.
+_explicit: set = set()
 
 
 def set_transfer_options(**options: Union[int, float, str]) -> None:
@@ -30,6 +45,30 @@ def set_transfer_options(**options: Union[int, float, str]) -> None:
             value = _core.parse_size(value)
         values[key] = value
     _core.set_transfer_options(values)
+    _explicit.update(values)
+
+
+def share_node_budget(processes: int) -> Dict[str, Any]:
+    """Gives this process its share of the node's transfer budget, when ``processes`` processes
+    on the node read remote shards (ranks x DataLoader workers): NODE_CONNECTIONS and
+    NODE_BYTES_IN_FLIGHT divided among them, at least 8 connections and 64 MiB, at most a
+    lone process's defaults. Options set with set_transfer_options or the environment
+    (SHARDSTREAM_MAX_CONNECTIONS, SHARDSTREAM_MAX_INFLIGHT) are left as they are. Returns the
+    options in force. shardstream.torch calls it for every loader it starts."""
+    processes = max(1, int(processes))
+    change: Dict[str, Any] = {}
+    for key, node, least in (("max_connections", NODE_CONNECTIONS, _MIN_CONNECTIONS),
+                             ("max_bytes_in_flight", NODE_BYTES_IN_FLIGHT, _MIN_BYTES)):
+        if key in _explicit or os.environ.get(_BUDGET_ENV[key]):
+            continue
+        lone = _DEFAULTS[key]
+        change[key] = min(lone, max(least, node // processes))
+    if "max_connections" in change and "initial_host_connections" not in _explicit:
+        change["initial_host_connections"] = min(_DEFAULTS["initial_host_connections"],
+                                                 change["max_connections"])
+    if change:
+        _core.set_transfer_options(change)
+    return _core.get_transfer_options()
 
 
 def transfer_options() -> Dict[str, Any]:

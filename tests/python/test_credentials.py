@@ -163,7 +163,7 @@ def test_a_multi_gib_shard_streams_across_credential_expiries(moto, tmp_path, mo
                 count += 1
         finally:
             timer.cancel()
-            shardstream.set_transfer_options(**saved)
+            shardstream._core.set_transfer_options(saved)  # as it was, not marked as set
         took = time.monotonic() - t0
         stats = json.load(urllib.request.urlopen(control + "/stats"))
         assert count == n

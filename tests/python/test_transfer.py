@@ -18,11 +18,33 @@ SERVER = os.path.join(HERE, "..", "servers", "http_server.py")
 
 
 @pytest.fixture
-def small_parts():
+def small_parts(monkeypatch):
     saved = shardstream.transfer_options()
+    monkeypatch.setattr(shardstream.transfer, "_explicit", set())
     shardstream.set_transfer_options(part_size="64KiB", parts_per_stream=4)
     yield
-    shardstream.set_transfer_options(**saved)
+    shardstream._core.set_transfer_options(saved)  # as it was, not marked as set
+
+
+def test_each_process_of_a_node_takes_its_share_of_the_budget(small_parts, monkeypatch, manifest):
+    lone = shardstream.transfer_options()
+    assert shardstream.transfer.share_node_budget(1)["max_connections"] == lone["max_connections"]
+    eight = shardstream.transfer.share_node_budget(8 * 2)  # 8 ranks x 2 DataLoader workers
+    assert eight["max_connections"] == 256 // 16
+    assert eight["max_bytes_in_flight"] == (2 << 30) // 16
+    assert eight["initial_host_connections"] <= eight["max_connections"]
+    assert shardstream.transfer.share_node_budget(1000)["max_connections"] == 8  # the least
+    # shardstream.torch shares it for the ranks of the node it starts a loader in.
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    next(iter(ShardDataset(manifest, fields=["tokens.npy"], batch_size=4)))
+    assert shardstream.transfer_options()["max_connections"] == 256 // 32
+    # What the user set stays: by call, or by the environment.
+    shardstream.set_transfer_options(max_connections=100)
+    next(iter(ShardDataset(manifest, fields=["tokens.npy"], batch_size=4)))
+    assert shardstream.transfer_options()["max_connections"] == 100
+    monkeypatch.setattr(shardstream.transfer, "_explicit", set())
+    monkeypatch.setenv("SHARDSTREAM_MAX_CONNECTIONS", "40")
+    assert shardstream.transfer.share_node_budget(64)["max_connections"] == 100
 
 
 def test_options_take_sizes_and_refuse_unknown_keys(small_parts):
