@@ -13,7 +13,11 @@ Measured, each the median of --runs runs on the same data in the same run:
     (a new, empty cache each run), MB/s of shard bytes, time to the first
     batch, peak RSS of the process, CPU seconds per GB, and the transfer
     counters (parts, connections at peak, part p50/p99);
-  * the same with part_size 0 (one GET per shard, as before ranged parts).
+  * the same with part_size 0 (one GET per shard, as before ranged parts);
+  * time to the first batch from a cold shard of --big-mib (1 GiB), with and without
+    cache_dir;
+  * the peak RSS of a process that only imports torch and shardstream (the baseline the
+    in-flight budget, 512 MiB, adds to).
 Prints one JSON object. Usage (after `bash scripts/setup.sh` and `pip install .`):
   .venv/bin/python benchmarks/object_store_benchmark.py --shards 18 --shard-mib 32 --runs 3
 """
@@ -34,12 +38,12 @@ import numpy as np
 from remote_benchmark import free_port, wait_port
 
 
-def make_shards(root, n, shard_mib, seq=2048):
+def make_shards(root, n, shard_mib, seq=2048, prefix="shard"):
     per = shard_mib * (1 << 20) // (seq * 4 + 1024)
     rng = np.random.default_rng(0)
     rows = []
     for s in range(n):
-        name = "shard-%05d.tar" % s
+        name = "%s-%05d.tar" % (prefix, s)
         path = os.path.join(root, name)
         with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
             for i in range(per):
@@ -50,7 +54,7 @@ def make_shards(root, n, shard_mib, seq=2048):
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         rows.append({"url": name, "size": os.path.getsize(path), "nsamples": per})
-    with open(os.path.join(root, "manifest.jsonl"), "w") as f:
+    with open(os.path.join(root, prefix + ".jsonl"), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
     return rows
@@ -94,23 +98,28 @@ cache = tempfile.mkdtemp(dir=cfg["work"]) if cfg["cache"] else None
 ds = ShardDataset(cfg["manifest"], fields=["tokens.npy"], batch_size=256, cache_dir=cache,
                   cache_limit="8GiB" if cache else None)
 t0 = time.perf_counter(); c0 = time.process_time(); first = None; samples = 0
-for batch in ds:
-    if first is None:
-        first = time.perf_counter() - t0
-    samples += batch["tokens.npy"].shape[0]
+if cfg["mode"] != "baseline":
+    for batch in ds:
+        if first is None:
+            first = time.perf_counter() - t0
+            if cfg["mode"] == "first":
+                break
+        samples += batch["tokens.npy"].shape[0]
 secs = time.perf_counter() - t0
 cpu = time.process_time() - c0
 ts = shardstream.transfer_stats()
+ds.close()
 if cache:
-    shutil.rmtree(cache)
+    shutil.rmtree(cache, ignore_errors=True)
 print(json.dumps({"seconds": secs, "first_batch_s": first, "samples": samples, "cpu_s": cpu,
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "transfer": ts}))
 """
 
 
-def epoch(python, work, manifest, cache, part_size, total_bytes):
-    cfg = {"work": work, "manifest": manifest, "cache": cache, "part_size": part_size}
+def epoch(python, work, manifest, cache, part_size, total_bytes, mode="epoch"):
+    cfg = {"work": work, "manifest": manifest, "cache": cache, "part_size": part_size,
+           "mode": mode}
     out = subprocess.run([python, "-c", CHILD, json.dumps(cfg)], check=True, capture_output=True,
                          text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
@@ -129,12 +138,14 @@ def main():
     ap.add_argument("--shard-mib", type=int, default=32)
     ap.add_argument("--rates", default="25m,100m")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--big-mib", type=int, default=1024)
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ss-objstore-")
     root = os.path.join(work, "root")
     os.makedirs(root)
     rows = make_shards(root, args.shards, args.shard_mib)
+    big = make_shards(root, 1, args.big_mib, prefix="big") if args.big_mib else []
     total = sum(r["size"] for r in rows)
     result = {"shards": args.shards, "shard_mib": args.shard_mib, "total_bytes": total,
               "runs": args.runs, "rates": {}}
@@ -142,7 +153,10 @@ def main():
         proc, port = start_nginx(work, root, rate)
         try:
             base = "http://127.0.0.1:%d" % port
-            manifest = base + "/manifest.jsonl"
+            manifest = base + "/shard.jsonl"
+            if "baseline_rss_mib" not in result:
+                result["baseline_rss_mib"] = epoch(args.python, work, manifest, False, None,
+                                                   total, "baseline")["rss_mib"]
             ceil = statistics.median(ceiling(base, rows) for _ in range(args.runs))
             entry = {"ceiling_mb_per_s": ceil}
             for name, cache, part in (("uncached", False, None), ("cached", True, None),
@@ -162,6 +176,13 @@ def main():
                     "part_p99_s": med([r["transfer"] for r in rs], "part_p99_s"),
                 }
                 print(rate, name, json.dumps(entry[name]), file=sys.stderr, flush=True)
+            if big:
+                for name, cache in (("first_batch_1gib_uncached_s", False),
+                                    ("first_batch_1gib_cached_s", True)):
+                    entry[name] = statistics.median(
+                        epoch(args.python, work, base + "/big.jsonl", cache, None, 1,
+                              "first")["first_batch_s"] for _ in range(args.runs))
+                    print(rate, name, entry[name], file=sys.stderr, flush=True)
             result["rates"][rate] = entry
         finally:
             proc.terminate()

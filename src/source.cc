@@ -97,6 +97,9 @@ Result<std::unique_ptr<InputStream>> SourceWrapper::OpenInputStream(const std::s
                                                                     uint64_t offset) {
   return target_->OpenInputStream(url, offset);
 }
+void Source::Prefetch(const std::string&) {}
+
+void SourceWrapper::Prefetch(const std::string& url) { target_->Prefetch(url); }
 Result<FileInfo> SourceWrapper::Stat(const std::string& url) { return target_->Stat(url); }
 Result<std::vector<FileInfo>> SourceWrapper::List(const std::string& url) {
   return target_->List(url);
@@ -134,6 +137,9 @@ class Router final : public Source {
                                                            const StreamOptions& options) override {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));
     return s->OpenInputStreamWith(url, options);
+  }
+  void Prefetch(const std::string& url) override {
+    if (auto s = For(url); s.ok()) (*s)->Prefetch(url);
   }
   Result<FileInfo> Stat(const std::string& url) override {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, For(url));

@@ -278,6 +278,44 @@ TEST_F(TransferTest, DestroyingAStreamMidPartsIsPromptAndGivesBackTheBudget) {
   EXPECT_EQ(GetTransferStats().bytes_in_flight, 0u);
 }
 
+TEST_F(TransferTest, APrefetchedStreamIsTakenOverWithoutAnotherRequest) {
+  auto src = Source();
+  src->Prefetch(server_.Url("/shard.tar"));
+  const size_t parts = data_.size() / kPart;
+  const size_t window = 8;  // parts_per_stream: the first GET's part and 7 more
+  auto start = Clock::now();
+  while (Gets().size() < window && Since(start) < 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(Gets().size(), window);  // asked for before any open, and no further
+  src->Prefetch(server_.Url("/shard.tar"));  // already under way: nothing more
+  auto in = src->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in), data_);
+  EXPECT_EQ(Gets().size(), parts);
+}
+
+TEST_F(TransferTest, APrefetchThatFailedLeavesTheErrorToTheOpen) {
+  auto src = Source();
+  src->Prefetch(server_.Url("/missing.tar"));
+  auto in = src->OpenInputStream(server_.Url("/missing.tar"), 0);
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.status().code(), StatusCode::kNotFound) << in.status();
+}
+
+TEST_F(TransferTest, AnOpenFromAnOffsetDoesNotTakeThePrefetch) {
+  auto src = Source();
+  src->Prefetch(server_.Url("/shard.tar"));
+  auto in = src->OpenInputStream(server_.Url("/shard.tar"), 100);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in), data_.substr(100));
+  // The prefetch is still there for an open from byte 0.
+  auto whole = src->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ExpectBytes(ReadAll(**whole), data_);
+  EXPECT_EQ(Gets().size(), 2 * data_.size() / kPart);
+}
+
 // Eight processes on one node share a cache directory: each shard is
 // downloaded once, in parts, and every part is asked for once in all.
 TEST_F(TransferTest, EightProcessesFetchEachShardOnceInParts) {

@@ -106,6 +106,10 @@ class SHARDSTREAM_EXPORT HttpSource : public Source {
   // OpenStream with the same offset, expected_size and cancel.
   Result<std::unique_ptr<InputStream>> OpenInputStreamWith(const std::string& url,
                                                            const StreamOptions& options) override;
+  // Starts reading url in parts in the background (transfer.h), at a lower
+  // priority than every reader's parts; OpenInputStream(url, 0) without a
+  // cancel flag then continues that read.
+  void Prefetch(const std::string& url) override;
   // HEAD: size from Content-Length, etag, mtime from Last-Modified.
   Result<FileInfo> Stat(const std::string& url) override;
   // Buffers the bytes (spooling large ones to a temporary file) and sends one

@@ -101,6 +101,9 @@ class SHARDSTREAM_EXPORT S3Client {
   Result<std::unique_ptr<InputStream>> Get(const std::string& url, uint64_t offset = 0,
                                            std::optional<uint64_t> expected_size = {},
                                            std::shared_ptr<const std::atomic<bool>> cancel = {});
+  // Starts reading the object in the background (HttpSource::Prefetch);
+  // Get(url) without a cancel flag continues that read.
+  void Prefetch(const std::string& url);
   // Up to n bytes from offset (fewer at the end of the object).
   Result<std::string> GetRange(const std::string& url, uint64_t offset, size_t n);
   // Objects under a prefix url ("s3://bucket/dir/"); with recursive=false,

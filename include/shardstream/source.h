@@ -158,6 +158,13 @@ class SHARDSTREAM_EXPORT Source {
   // (and every override of OpenInputStream in a wrapper) keeps working.
   virtual Result<std::unique_ptr<InputStream>> OpenInputStreamWith(const std::string& url,
                                                                    const StreamOptions& options);
+  // Says `url` will soon be opened as a stream from its first byte (with
+  // OpenInputStream(url, 0)). A source that reads over a network may start
+  // fetching now and hand what it fetched to that open; the default does
+  // nothing. Bytes fetched for an open that never comes are dropped after a
+  // minute or when newer hints push them out. Never fails: an error waits
+  // for the open, which then tries again itself.
+  virtual void Prefetch(const std::string& url);
   // On failure returns NotFound if url does not exist.
   virtual Result<FileInfo> Stat(const std::string& url) = 0;
   // Entries directly below a directory url (or with a key prefix, for object
@@ -190,6 +197,7 @@ class SHARDSTREAM_EXPORT SourceWrapper : public Source {
   Result<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(const std::string& url) override;
   Result<std::unique_ptr<InputStream>> OpenInputStream(const std::string& url,
                                                        uint64_t offset) override;
+  void Prefetch(const std::string& url) override;
   Result<FileInfo> Stat(const std::string& url) override;
   Result<std::vector<FileInfo>> List(const std::string& url) override;
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& url) override;

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "http/curl_transfer.h"
 #include "http/parted_stream.h"
+#include "http/stream_prefetch.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
@@ -67,13 +68,16 @@ Status HttpStatusError(long status, std::string_view method, std::string_view ur
 HttpClient::HttpClient(HttpOptions options) : shared_(std::make_shared<Shared>()) {
   shared_->options = std::move(options);
   shared_->pool = std::make_unique<CurlConnectionPool>();
+  shared_->prefetcher = std::make_unique<StreamPrefetcher>();
   if (shared_->options.ca_bundle.empty()) {
     if (const char* env = std::getenv("SHARDSTREAM_CA_BUNDLE"); env && *env)
       shared_->options.ca_bundle = env;
   }
 }
 
-HttpClient::~HttpClient() = default;
+// Prefetched streams hold the client's state: drop them with the client.
+HttpClient::~HttpClient() { shared_->prefetcher->Clear(); }
+HttpClient::Shared::~Shared() = default;
 
 std::vector<std::string> HttpClient::WithMirrors(const std::string& url) const {
   std::vector<std::string> out{url};
@@ -171,7 +175,14 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& original, const Request
 
 Result<std::unique_ptr<InputStream>> HttpClient::OpenStream(StreamRequest request) {
   if (request.urls.empty()) return Status::Config("OpenStream: no url");
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto prefetched, shared_->prefetcher->Take(request));
+  if (prefetched) return prefetched;
   return OpenPartedStream(shared_, std::move(request));
+}
+
+void HttpClient::Prefetch(StreamRequest request) {
+  if (request.urls.empty()) return;
+  shared_->prefetcher->Start(shared_, std::move(request));
 }
 
 }  // namespace shardstream::internal

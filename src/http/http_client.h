@@ -26,6 +26,7 @@
 namespace shardstream::internal {
 
 class CurlConnectionPool;
+class StreamPrefetcher;
 
 struct StreamRequest {
   // The url followed by its mirrors, tried in turn.
@@ -76,8 +77,13 @@ class SHARDSTREAM_EXPORT HttpClient {
                             uint64_t max_body = uint64_t{64} << 20);
 
   // A stream of the body from request.offset. Sends the first GET before
-  // returning, so a missing object or rejected credentials fail here.
+  // returning, so a missing object or rejected credentials fail here. A
+  // request from byte 0 without a cancel flag continues a Prefetch of the
+  // same url.
   Result<std::unique_ptr<InputStream>> OpenStream(StreamRequest request);
+  // Starts reading request.urls.front() from byte 0 in the background (see
+  // stream_prefetch.h). Never fails.
+  void Prefetch(StreamRequest request);
 
   // The url followed by its mirror urls (HttpOptions::mirrors).
   std::vector<std::string> WithMirrors(const std::string& url) const;
@@ -86,6 +92,8 @@ class SHARDSTREAM_EXPORT HttpClient {
   struct Shared {
     HttpOptions options;
     std::unique_ptr<CurlConnectionPool> pool;
+    std::unique_ptr<StreamPrefetcher> prefetcher;
+    ~Shared();
   };
 
  private:

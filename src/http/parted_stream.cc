@@ -19,6 +19,9 @@ using Clock = std::chrono::steady_clock;
 
 // Bytes a part's GET reads at a time before handing them over.
 constexpr size_t kChunk = size_t{256} << 10;
+// Added to the ranks of a background (prefetched) stream's parts: after
+// every part a reader may wait on.
+constexpr int64_t kBackgroundRank = int64_t{1} << 20;
 
 // A part's bytes in anonymous memory of their own, so that a consumed part
 // goes back to the system at once (a heap block of this size would stay in
@@ -77,6 +80,7 @@ struct PartsShared {
   std::string etag, last_modified;
   std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
   std::atomic<int64_t> cur{0};  // the part the reader is on
+  std::atomic<bool> background{false};  // a prefetch no reader has taken yet
 
   std::mutex mu;
   std::condition_variable cv;
@@ -85,13 +89,17 @@ struct PartsShared {
 
 class PartJob final : public TransferJob {
  public:
-  PartJob(std::shared_ptr<PartsShared> s, size_t index, bool hedge)
-      : s_(std::move(s)), index_(index), hedge_(hedge) {}
+  // `opened`: the stream's first GET, when this part is the one it answers
+  // (a background stream's part 0); other attempts send a GET of their own.
+  PartJob(std::shared_ptr<PartsShared> s, size_t index, bool hedge,
+          std::unique_ptr<InputStream> opened = nullptr)
+      : s_(std::move(s)), index_(index), hedge_(hedge), opened_(std::move(opened)) {}
 
   const std::string& host() const override { return s_->host; }
   int64_t Rank() const override {
     if (s_->stop->load() || s_->parts[index_].cancel->load()) return -1;
-    return std::max<int64_t>(0, static_cast<int64_t>(index_) - s_->cur.load());
+    return std::max<int64_t>(0, static_cast<int64_t>(index_) - s_->cur.load()) +
+           (s_->background.load() ? kBackgroundRank : 0);
   }
   uint64_t Bytes() const override { return hedge_ ? 0 : s_->parts[index_].len; }
 
@@ -127,7 +135,13 @@ class PartJob final : public TransferJob {
     r.cancel = p.cancel;
     r.stall_s = s.opts.stall_s;
     Status err;
-    auto opened = OpenHttpStream(s.client, std::move(r));
+    Result<std::unique_ptr<InputStream>> opened = std::unique_ptr<InputStream>();
+    if (opened_ && from == 0) {
+      opened = std::move(opened_);
+    } else {
+      opened = OpenHttpStream(s.client, std::move(r));
+    }
+    opened_.reset();
     if (!opened.ok()) {
       err = opened.status();
     } else {
@@ -186,16 +200,26 @@ class PartJob final : public TransferJob {
   std::shared_ptr<PartsShared> s_;
   const size_t index_;
   const bool hedge_;
+  std::unique_ptr<InputStream> opened_;
 };
 
 class PartedStream final : public InputStream {
  public:
+  // A background stream's first GET fills part 0 like any part; otherwise
+  // the reader reads it straight through.
   PartedStream(std::shared_ptr<PartsShared> s, std::unique_ptr<InputStream> first,
                uint64_t offset)
-      : s_(std::move(s)), first_(std::move(first)), url_(s_->url), pos_(offset) {
+      : s_(std::move(s)), url_(s_->url), pos_(offset) {
+    if (s_->background) {
+      s_->engine->Submit(std::make_shared<PartJob>(s_, 0, false, std::move(first)));
+    } else {
+      first_ = std::move(first);
+    }
     Schedule();
   }
   ~PartedStream() override { s_->Stop(); }
+
+  void Foreground() { s_->background = false; }
 
   const std::string& url() const override { return url_; }
   uint64_t position() const override { return pos_; }
@@ -241,7 +265,7 @@ class PartedStream final : public InputStream {
     const auto& cancel = s_->base.cancel;
     if (cancel && cancel->load()) return Cancelled();
     if (n == 0 || pos_ >= s_->total) return size_t{0};
-    if (cur_ == 0) {  // the first GET, straight through
+    if (cur_ == 0 && first_) {  // the first GET, straight through
       const Part& p = s_->parts[0];
       const size_t want = static_cast<size_t>(std::min<uint64_t>(n, p.begin + p.len - pos_));
       size_t got;
@@ -331,8 +355,12 @@ class PartedStream final : public InputStream {
 
 }  // namespace
 
+void BringToForeground(InputStream& stream) {
+  if (auto* parted = dynamic_cast<PartedStream*>(&stream)) parted->Foreground();
+}
+
 Result<std::unique_ptr<InputStream>> OpenPartedStream(std::shared_ptr<HttpClient::Shared> client,
-                                                      StreamRequest request) {
+                                                      StreamRequest request, bool background) {
   const TransferOptions opts = GetTransferOptions();
   TransferEngine& engine = TransferEngine::Get();
   StreamRequest first_request = request;
@@ -357,6 +385,7 @@ Result<std::unique_ptr<InputStream>> OpenPartedStream(std::shared_ptr<HttpClient
   s->etag = info.etag;
   s->last_modified = info.last_modified;
   s->base = std::move(request);
+  s->background = background;
   for (uint64_t begin = offset; begin < s->total; begin += opts.part_size) {
     Part p;
     p.begin = begin;

@@ -16,8 +16,15 @@
 
 namespace shardstream::internal {
 
+// background: a prefetch no reader waits on yet. Its parts (the first
+// GET's too, read into a part of its own) come after every reader's, until
+// BringToForeground.
 Result<std::unique_ptr<InputStream>> OpenPartedStream(std::shared_ptr<HttpClient::Shared> client,
-                                                      StreamRequest request);
+                                                      StreamRequest request,
+                                                      bool background = false);
+// A reader now waits on a background stream: its parts rank as a reader's.
+// Nothing for other streams.
+void BringToForeground(InputStream& stream);
 
 }  // namespace shardstream::internal
 

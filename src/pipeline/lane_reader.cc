@@ -138,8 +138,20 @@ Status LaneReader::OpenRange(const LaneRange& r, LaneItem* scratch) {
   return OpenReader(r, r.first, scratch);
 }
 
+void LaneReader::PrefetchNext() {
+  if (next_range_ + 1 >= mine_.size()) return;
+  const LaneRange& next = (*all_)[mine_[next_range_ + 1]];
+  if (next.first != 0) return;  // opened at an offset: nothing to continue
+  Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
+  source->Prefetch(next.ref.url);
+}
+
 Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch) {
   int64_t skip = at;
+  // Without a cache, the shard of this lane's next range starts arriving
+  // now: the lane moving on does not wait at the boundary. (The other lanes
+  // see to theirs; with a cache, the cache's prefetch does this.)
+  if (config_->cache == nullptr) PrefetchNext();
   if (config_->cache != nullptr) {
     // Tell the cache what comes after this range, so it downloads ahead
     // (ranges are opened roughly in plan order across the lanes).

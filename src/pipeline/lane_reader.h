@@ -197,6 +197,9 @@ class SHARDSTREAM_EXPORT LaneReader {
   Result<RandomAccessFile::View> ViewIfMapped(RandomAccessFile* shard);
   // A tar reader for the range from sample `at` on.
   Status OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch);
+  // Source::Prefetch for this lane's next range, if it starts at a shard's
+  // first sample.
+  void PrefetchNext();
 
   const std::vector<LaneRange>* all_;
   std::vector<size_t> mine_;

@@ -147,20 +147,33 @@ Result<FileInfo> S3Client::Head(const std::string& url) {
   return info;
 }
 
-Result<std::unique_ptr<InputStream>> S3Client::Get(
-    const std::string& url, uint64_t offset, std::optional<uint64_t> expected_size,
-    std::shared_ptr<const std::atomic<bool>> cancel) {
+namespace {
+// A signed GET of the whole object, as Get and Prefetch send it.
+Result<internal::StreamRequest> GetRequest(S3Client::Impl& impl, const std::string& url) {
   SHARDSTREAM_ASSIGN_OR_RETURN(auto loc, internal::ParseS3Url(url));
   internal::StreamRequest req;
-  req.urls = {impl_->HttpUrl(loc.bucket, loc.key)};
-  req.offset = offset;
-  req.expected_size = expected_size;
-  req.cancel = std::move(cancel);
-  req.sign = impl_->Signer(std::string(internal::kEmptySha256));
+  req.urls = {impl.HttpUrl(loc.bucket, loc.key)};
+  req.sign = impl.Signer(std::string(internal::kEmptySha256));
   req.error = [url](const HttpResponse& resp, const std::string&, int64_t off) {
     return S3Error(resp, "GET", url, off);
   };
+  return req;
+}
+}  // namespace
+
+Result<std::unique_ptr<InputStream>> S3Client::Get(
+    const std::string& url, uint64_t offset, std::optional<uint64_t> expected_size,
+    std::shared_ptr<const std::atomic<bool>> cancel) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(internal::StreamRequest req, GetRequest(*impl_, url));
+  req.offset = offset;
+  req.expected_size = expected_size;
+  req.cancel = std::move(cancel);
   return impl_->http->OpenStream(std::move(req));
+}
+
+void S3Client::Prefetch(const std::string& url) {
+  auto req = GetRequest(*impl_, url);
+  if (req.ok()) impl_->http->Prefetch(std::move(*req));
 }
 
 Result<std::string> S3Client::GetRange(const std::string& url, uint64_t offset, size_t n) {

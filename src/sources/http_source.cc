@@ -199,6 +199,12 @@ Result<std::unique_ptr<InputStream>> HttpSource::OpenInputStreamWith(
   return OpenStream(url, o);
 }
 
+void HttpSource::Prefetch(const std::string& url) {
+  internal::StreamRequest req;
+  req.urls = impl_->client->WithMirrors(url);
+  impl_->client->Prefetch(std::move(req));
+}
+
 Result<FileInfo> HttpSource::Stat(const std::string& url) { return Head(*impl_->client, url); }
 
 Result<std::unique_ptr<WritableFile>> HttpSource::NewWritableFile(const std::string& url) {

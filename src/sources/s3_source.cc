@@ -90,6 +90,7 @@ class S3Source final : public Source {
                                                            const StreamOptions& options) override {
     return client_->Get(url, options.offset, options.expected_size, options.cancel);
   }
+  void Prefetch(const std::string& url) override { client_->Prefetch(url); }
   Result<FileInfo> Stat(const std::string& url) override { return client_->Head(url); }
   Result<std::vector<FileInfo>> List(const std::string& url) override {
     std::string prefix = url;
