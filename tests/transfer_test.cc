@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -314,6 +315,32 @@ TEST_F(TransferTest, AnOpenFromAnOffsetDoesNotTakeThePrefetch) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   ExpectBytes(ReadAll(**whole), data_);
   EXPECT_EQ(Gets().size(), 2 * data_.size() / kPart);
+}
+
+TEST_F(TransferTest, AForkedChildOpensAnewInsteadOfWaitingOnItsParentsPrefetch) {
+  auto src = Source();
+  src->Prefetch(server_.Url("/shard.tar"));
+  pid_t pid = ::fork();
+  if (pid == 0) {  // the parent's prefetch has no engine thread here
+    auto in = src->OpenInputStream(server_.Url("/shard.tar"), 0);
+    if (!in.ok()) ::_exit(2);
+    auto bytes = ReadAll(**in);
+    ::_exit(bytes.ok() && *bytes == data_ ? 0 : 3);
+  }
+  int status = -1;
+  auto start = Clock::now();
+  while (::waitpid(pid, &status, WNOHANG) == 0 && Since(start) < 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (Since(start) >= 20) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL() << "the child hung";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // The parent's prefetch is still its own.
+  auto in = src->OpenInputStream(server_.Url("/shard.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ExpectBytes(ReadAll(**in), data_);
 }
 
 // Eight processes on one node share a cache directory: each shard is

@@ -1,5 +1,7 @@
 #include "http/stream_prefetch.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 
@@ -12,6 +14,9 @@ using Clock = std::chrono::steady_clock;
 
 struct StreamPrefetcher::Entry {
   std::string url;
+  // The process that started it: a forked child finds the parent's entries
+  // in its copy of the client, but not the engine jobs that fill them.
+  pid_t pid = ::getpid();
   Clock::time_point started = Clock::now();
   std::mutex mu;
   std::condition_variable cv;
@@ -68,9 +73,17 @@ class OpenJob final : public TransferJob {
 std::deque<std::shared_ptr<StreamPrefetcher::Entry>> StreamPrefetcher::ExpireLocked() {
   std::deque<std::shared_ptr<Entry>> gone;
   const auto now = Clock::now();
-  while (!entries_.empty() && now - entries_.front()->started > kTtl) {
-    gone.push_back(std::move(entries_.front()));
-    entries_.pop_front();
+  const pid_t me = ::getpid();
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if ((*it)->pid != me) {
+      new std::shared_ptr<Entry>(std::move(*it));  // leaked: never touched here
+      it = entries_.erase(it);
+    } else if (now - (*it)->started > kTtl) {
+      gone.push_back(std::move(*it));
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
   }
   return gone;
 }
@@ -127,7 +140,9 @@ Result<std::unique_ptr<InputStream>> StreamPrefetcher::Take(const StreamRequest&
 void StreamPrefetcher::Clear() {
   std::deque<std::shared_ptr<Entry>> gone;
   std::lock_guard<std::mutex> lock(mu_);
-  gone.swap(entries_);
+  gone = ExpireLocked();
+  for (auto& e : entries_) gone.push_back(std::move(e));
+  entries_.clear();
 }
 
 }  // namespace shardstream::internal

@@ -40,7 +40,9 @@ class StreamPrefetcher {
   struct Entry;
 
  private:
-  // Removes entries past kTtl; returns them, to be destroyed unlocked.
+  // Removes entries past kTtl, and a parent's after fork(); returns them, to
+  // be destroyed unlocked (a parent's are leaked: their streams belong to
+  // threads that do not exist here).
   std::deque<std::shared_ptr<Entry>> ExpireLocked();
 
   std::mutex mu_;
