@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <map>
 #include <set>
@@ -18,6 +20,9 @@
 #include "shardstream/checksum.h"
 #include "shardstream/http_source.h"
 #include "shardstream/shard_cache.h"
+#include "shardstream/uploader.h"
+#include "shardstream/url.h"
+#include "support/checkpoint_util.h"
 #include "support/http_server.h"
 #include "support/test_util.h"
 #include "support/transfer_options.h"
@@ -396,6 +401,89 @@ TEST_F(TransferTest, EightProcessesFetchEachShardOnceInParts) {
     EXPECT_EQ(asked.size(), (1u << 20) / kPart) << path;  // the first GET and 15 parts
     EXPECT_EQ(std::set<std::string>(asked.begin(), asked.end()).size(), asked.size()) << path;
   }
+}
+
+// A MultipartSink whose part uploads wait at a gate, counting how many wait
+// at once.
+class GatedSink final : public MultipartSink {
+ public:
+  explicit GatedSink(std::shared_ptr<MultipartSink> inner) : inner_(std::move(inner)) {}
+  Result<std::string> Create(const std::string& url) override { return inner_->Create(url); }
+  Result<std::string> UploadPart(const std::string& url, const std::string& id, int number,
+                                 std::string_view data) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      waiting_++;
+      peak_ = std::max(peak_, waiting_);
+      cv_.notify_all();
+      cv_.wait(l, [&] { return open_; });
+      waiting_--;
+    }
+    return inner_->UploadPart(url, id, number, data);
+  }
+  Status Complete(const std::string& url, const std::string& id,
+                  const std::vector<std::string>& etags) override {
+    return inner_->Complete(url, id, etags);
+  }
+  Status Abort(const std::string& url, const std::string& id) override {
+    return inner_->Abort(url, id);
+  }
+  Result<std::vector<Pending>> ListPending(const std::string& prefix) override {
+    return inner_->ListPending(prefix);
+  }
+  bool WaitForOne(double seconds) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::duration<double>(seconds), [&] { return waiting_ > 0; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  int peak() {
+    std::lock_guard<std::mutex> l(mu_);
+    return peak_;
+  }
+
+ private:
+  std::shared_ptr<MultipartSink> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0, peak_ = 0;
+  bool open_ = false;
+};
+
+TEST_F(TransferTest, CheckpointUploadPartsShareTheEngineAndLeaveReadsTheirConnections) {
+  // 4 connections: uploads get one of them, however many parts are queued.
+  Tune([](TransferOptions& o) { o.max_connections = 4; o.initial_host_connections = 4; });
+  TempDir local, remote;
+  auto gated = std::make_shared<GatedSink>(NewSourceMultipartSink(LocalSource(), remote.path()));
+  UploaderOptions uo;
+  uo.remote_source = LocalSource();
+  uo.multipart = gated;
+  uo.multipart_threshold = 1;
+  uo.part_size = kPart;
+  uo.part_threads = 4;
+  auto wired = testing::WireUploader(local.path(), remote.path(), uo);
+  const std::string big = RandomBytes(8 * kPart + 5, 3);
+  auto before = GetTransferStats();
+  ASSERT_TRUE(wired.writer->SaveFiles(1, {{"model.bin", big}}).ok());
+  // The upload holds its connection at the gate while a reader streams a
+  // 16-part object over the other three.
+  ASSERT_TRUE(gated->WaitForOne(10));
+  ExpectBytes(ReadAll(**Source()->OpenInputStream(server_.Url("/shard.tar"), 0)), data_);
+  EXPECT_EQ(gated->peak(), 1);
+  EXPECT_EQ(Gets().size(), data_.size() / kPart);
+  gated->Open();
+  ASSERT_TRUE(wired.uploader->Wait(20000).ok());
+  auto uploaded = ReadFileToString(*LocalSource(), JoinUrl(JoinUrl(remote.path(), "ckpt-000001"),
+                                                           "model.bin"));
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_TRUE(*uploaded == big);
+  auto after = GetTransferStats();
+  EXPECT_EQ(after.upload_parts - before.upload_parts, 9u);
+  EXPECT_EQ(after.upload_bytes - before.upload_bytes, big.size());
+  EXPECT_EQ(gated->peak(), 1);
 }
 
 TEST(TransferNginxTest, PartsFromNginxWithAPerConnectionCap) {

@@ -15,6 +15,9 @@
 // parts usually take is asked for a second time on another connection, and
 // the first answer wins (a hedge).
 //
+// Checkpoint uploads (uploader.h) run their multipart parts on the same
+// engine, after every read and on at most a quarter of max_connections.
+//
 // Processes on one node: each process has its own engine. Give each its
 // share with SetTransferOptions or the environment; shardstream.torch gives
 // every rank and DataLoader worker its share of a node budget
@@ -84,6 +87,8 @@ struct SHARDSTREAM_EXPORT TransferStats {
   uint64_t stalls = 0;         // of those, after stall_s without a byte
   uint64_t throttles = 0;      // 503 and 429 answers
   double reader_wait_seconds = 0;  // readers waiting for a part's bytes
+  uint64_t upload_parts = 0;   // checkpoint multipart parts uploaded
+  uint64_t upload_bytes = 0;   // their bytes
 };
 SHARDSTREAM_EXPORT TransferStats GetTransferStats();
 

@@ -8,7 +8,8 @@
 // trust it without the marker.
 //
 // Large files go through a MultipartSink when one is given (parallel parts,
-// per-part retries); everything else is a streamed write through the remote
+// per-part retries, run on the process's transfer engine after every read:
+// transfer.h); everything else is a streamed write through the remote
 // Source (file:// now; http PUT and s3:// plug in as Sources).
 //
 // Thread-safety: all methods may be called from any thread. One background
@@ -93,7 +94,9 @@ struct UploaderOptions {
   std::shared_ptr<MultipartSink> multipart;
   uint64_t multipart_threshold = 64ull << 20;  // Default: 64 MiB.
   uint64_t part_size = 16ull << 20;            // Default: 16 MiB.
-  int part_threads = 4;                        // Default: 4.
+  // Parts of one file queued or uploading at once (each holds part_size
+  // bytes). Default: 4.
+  int part_threads = 4;
   // Tries per file or part before the round fails. Default: 4.
   int attempts = 4;
   // Backoff between tries (doubling). Default: 50 ms.

@@ -40,6 +40,8 @@ _TRANSFER_COUNTERS = {
     "stalls": "GETs dropped after stall_s without a byte",
     "throttles": "503 and 429 answers",
     "reader_wait_seconds": "Seconds readers waited for a part's bytes",
+    "upload_parts": "Checkpoint multipart parts uploaded",
+    "upload_bytes": "Bytes of checkpoint multipart parts uploaded",
 }
 _TRANSFER_GAUGES = {
     "bytes_per_s": "Bytes per second from remote sources while transfers ran",

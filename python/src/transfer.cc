@@ -43,6 +43,8 @@ py::dict TransferStatsToDict(const TransferStats& s) {
   d["stalls"] = s.stalls;
   d["throttles"] = s.throttles;
   d["reader_wait_seconds"] = s.reader_wait_seconds;
+  d["upload_parts"] = s.upload_parts;
+  d["upload_bytes"] = s.upload_bytes;
   return d;
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "checkpoint/internal.h"
 #include "common/log.h"
+#include "transfer/transfer_engine.h"
 #include "shardstream/checksum.h"
 #include "shardstream/s3.h"
 #include "shardstream/url.h"
@@ -33,6 +35,55 @@ std::string_view UploadStateName(UploadState s) {
   }
   return "?";
 }
+
+namespace {
+
+// The parts of one multipart upload in progress.
+struct PartsState {
+  std::mutex mu;
+  std::condition_variable cv;
+  int outstanding = 0;   // parts queued or running
+  bool stopped = false;  // failed or cancelled: queued parts leave unrun
+  uint64_t sent = 0;
+  Status error;          // the first part that failed
+  std::vector<std::string> etags;
+};
+
+// One part as a transfer-engine job. Done when run, or when the engine drops
+// it unrun (stopped): either way the destructor counts it out.
+class UploadPartJob final : public internal::TransferJob {
+ public:
+  UploadPartJob(std::shared_ptr<PartsState> state, std::string host, std::function<void()> fn)
+      : state_(std::move(state)), host_(std::move(host)), fn_(std::move(fn)) {}
+  ~UploadPartJob() override {
+    std::lock_guard<std::mutex> l(state_->mu);
+    state_->outstanding--;
+    state_->cv.notify_all();
+  }
+  const std::string& host() const override { return host_; }
+  int64_t Rank() const override {
+    std::lock_guard<std::mutex> l(state_->mu);
+    return state_->stopped ? -1 : kUploadRank;
+  }
+  uint64_t Bytes() const override { return 0; }  // bounded by part_threads instead
+  bool Upload() const override { return true; }
+  void Run() override {
+    {
+      std::lock_guard<std::mutex> l(state_->mu);
+      if (state_->stopped) return;
+    }
+    fn_();
+  }
+
+ private:
+  // After every read-ahead part, before prefetches of shards not yet opened.
+  static constexpr int64_t kUploadRank = int64_t{1} << 29;
+  std::shared_ptr<PartsState> state_;
+  std::string host_;
+  std::function<void()> fn_;
+};
+
+}  // namespace
 
 // ---- remote reading --------------------------------------------------------
 
@@ -164,61 +215,76 @@ struct Uploader::Impl {
     return s.code() == StatusCode::kConfig ? Status::OK() : s;
   }
 
+  // Parts run as upload jobs on the process's transfer engine (after every
+  // read, on at most a quarter of its connections), at most part_threads of
+  // them queued or running, each reading its bytes when it starts.
   Status MultipartFile(const std::string& from, const std::string& to, uint64_t size,
                        uint64_t* bytes) {
     MultipartSink& sink = *o.multipart;
-    SHARDSTREAM_ASSIGN_OR_RETURN(auto in, o.local_source->OpenRandomAccess(from));
+    SHARDSTREAM_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccessFile> in,
+                                 o.local_source->OpenRandomAccess(from));
     SHARDSTREAM_ASSIGN_OR_RETURN(std::string id, sink.Create(to));
     const uint64_t part = std::max<uint64_t>(o.part_size, 1);
     const int nparts = static_cast<int>((size + part - 1) / part);
-    std::vector<std::string> etags(static_cast<size_t>(nparts));
-    std::atomic<int> next{0};
-    std::atomic<uint64_t> sent{0};
-    std::mutex err_mu;
-    Status first_error;
-    std::atomic<bool> failed{false};
-    auto worker = [&] {
-      std::string buf;
-      while (!failed.load() && !cancel.load()) {
-        int i = next.fetch_add(1);
-        if (i >= nparts) return;
-        uint64_t off = static_cast<uint64_t>(i) * part;
-        size_t n = static_cast<size_t>(std::min(part, size - off));
-        buf.resize(n);
-        Status s;
-        auto got = in->ReadAt(off, n, buf.data());
-        if (!got.ok()) s = got.status();
-        else if (*got != n) s = Status(StatusCode::kIo, RedactUrl(from) + " shrank while uploading",
-                                       RedactUrl(from), static_cast<int64_t>(off + *got));
-        if (s.ok())
-          s = WithRetries(RedactUrl(to) + " part " + std::to_string(i + 1), [&]() -> Status {
-            auto etag = sink.UploadPart(to, id, i + 1, buf);
-            if (!etag.ok()) return etag.status();
-            etags[static_cast<size_t>(i)] = *etag;
-            return Status::OK();
-          });
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> l(err_mu);
-          if (first_error.ok()) first_error = s;
-          failed.store(true);
-          return;
-        }
-        sent += n;
+    auto state = std::make_shared<PartsState>();
+    state->etags.resize(static_cast<size_t>(nparts));
+    auto run_part = [this, state, in, &sink, &from, &to, &id, part, size](int i) {
+      uint64_t off = static_cast<uint64_t>(i) * part;
+      size_t n = static_cast<size_t>(std::min(part, size - off));
+      std::string buf(n, '\0');
+      Status s;
+      auto got = in->ReadAt(off, n, buf.data());
+      if (!got.ok()) s = got.status();
+      else if (*got != n) s = Status(StatusCode::kIo, RedactUrl(from) + " shrank while uploading",
+                                     RedactUrl(from), static_cast<int64_t>(off + *got));
+      std::string etag;
+      if (s.ok())
+        s = WithRetries(RedactUrl(to) + " part " + std::to_string(i + 1), [&]() -> Status {
+          auto e = sink.UploadPart(to, id, i + 1, buf);
+          if (!e.ok()) return e.status();
+          etag = *e;
+          return Status::OK();
+        });
+      if (s.ok()) internal::TransferEngine::Get().CountUpload(n);
+      std::lock_guard<std::mutex> l(state->mu);
+      if (s.ok()) {
+        state->etags[static_cast<size_t>(i)] = std::move(etag);
+        state->sent += n;
+      } else if (state->error.ok()) {
+        state->error = s;
       }
     };
-    std::vector<std::thread> threads;
-    int nthreads = std::max(1, std::min(o.part_threads, nparts));
-    for (int t = 0; t < nthreads; ++t) threads.emplace_back(worker);
-    for (auto& t : threads) t.join();
-    if (first_error.ok() && cancel.load()) first_error = Status::Cancelled("upload stopped");
-    Status s = first_error;
-    if (s.ok()) s = sink.Complete(to, id, etags);
+    const std::string host = internal::UrlHost(to);
+    const int window = std::max(1, o.part_threads);
+    int submitted = 0;
+    {
+      std::unique_lock<std::mutex> l(state->mu);
+      while (true) {
+        const bool stop = !state->error.ok() || cancel.load();
+        if (stop) state->stopped = true;  // queued parts leave unrun
+        if ((stop || submitted == nparts) && state->outstanding == 0) break;
+        if (!stop && submitted < nparts && state->outstanding < window) {
+          state->outstanding++;
+          const int i = submitted++;
+          l.unlock();
+          internal::TransferEngine::Get().Submit(
+              std::make_shared<UploadPartJob>(state, host, [run_part, i] { run_part(i); }));
+          l.lock();
+          continue;
+        }
+        // Cancel is polled: Stop() does not signal this condition.
+        state->cv.wait_for(l, std::chrono::milliseconds(100));
+      }
+    }
+    Status s = state->error;
+    if (s.ok() && cancel.load()) s = Status::Cancelled("upload stopped");
+    if (s.ok()) s = sink.Complete(to, id, state->etags);
     if (!s.ok()) {
       Status a = sink.Abort(to, id);
       if (!a.ok()) internal::Log().warn("cannot abort multipart upload of {}: {}", RedactUrl(to), a.ToString());
       return s;
     }
-    *bytes += sent.load();
+    *bytes += state->sent;
     return Status::OK();
   }
 

@@ -152,7 +152,9 @@ void TransferEngine::Signal(const std::string& host, HostSignal signal) {
 
 std::shared_ptr<TransferJob> TransferEngine::Pick(std::string* host,
                                                   std::vector<std::shared_ptr<TransferJob>>* dead) {
-  const uint64_t budget = GetTransferOptions().max_bytes_in_flight;
+  const TransferOptions options = GetTransferOptions();
+  const uint64_t budget = options.max_bytes_in_flight;
+  const int upload_slots = std::max(1, options.max_connections / 4);
   // Jobs whose stream is gone leave unrun (destroyed by the caller, unlocked:
   // the last reference to a stream's state gives its bytes back).
   for (size_t i = 0; i < queue_.size();) {
@@ -168,6 +170,7 @@ std::shared_ptr<TransferJob> TransferEngine::Pick(std::string* host,
   for (size_t i = 0; i < queue_.size(); ++i) {
     const int64_t rank = queue_[i]->Rank();
     if (best != queue_.size() && rank >= best_rank) continue;
+    if (queue_[i]->Upload() && uploads_running_ >= upload_slots) continue;
     const Host& h = HostOf(queue_[i]->host());
     const bool fits = rank == 0 || bytes_in_flight_ + queue_[i]->Bytes() <= budget;
     if (fits && h.running < static_cast<int>(h.limit)) {
@@ -181,6 +184,7 @@ std::shared_ptr<TransferJob> TransferEngine::Pick(std::string* host,
   bytes_in_flight_ += job->Bytes();
   *host = job->host();
   HostOf(*host).running++;
+  if (job->Upload()) uploads_running_++;
   return job;
 }
 
@@ -207,12 +211,14 @@ void TransferEngine::WorkerLoop() {
     }
     idle_--;
     running_++;
+    const bool upload = job->Upload();
     lock.unlock();
     dead.clear();
     job->Run();
     job.reset();
     lock.lock();
     running_--;
+    if (upload) uploads_running_--;
     HostOf(host).running--;
     cv_.notify_all();
   }
@@ -273,6 +279,8 @@ TransferStats TransferEngine::Stats() const {
   s.parted_streams = parted_.load();
   s.hedges = hedges_.load();
   s.hedge_wins = hedge_wins_.load();
+  s.upload_parts = upload_parts_.load();
+  s.upload_bytes = upload_bytes_.load();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s.connections = connections_;

@@ -4,7 +4,8 @@
 // waits on it now) whose host has a free connection under its AIMD limit and
 // whose bytes fit the in-flight budget (rank 0 always fits, so a reader never
 // waits on the budget). Also the home of the transfer counters
-// (GetTransferStats) and of the options in force.
+// (GetTransferStats) and of the options in force. Checkpoint upload parts
+// run here too, after every read and on at most a quarter of the connections.
 //
 // After fork() the child gets a fresh engine on first use (the parent's
 // threads do not exist there; the old one is leaked, never touched).
@@ -43,6 +44,9 @@ class TransferJob {
   virtual uint64_t Bytes() const = 0;
   // Runs on a worker, Bytes() taken from the budget.
   virtual void Run() = 0;
+  // An upload (a checkpoint part): runs on at most a quarter of the
+  // connections, so that reads always have connections left.
+  virtual bool Upload() const { return false; }
 };
 
 // What a GET ended with, for its host's AIMD limit.
@@ -70,6 +74,10 @@ class TransferEngine {
   }
   void CountHedge() { hedges_.fetch_add(1, std::memory_order_relaxed); }
   void CountHedgeWin() { hedge_wins_.fetch_add(1, std::memory_order_relaxed); }
+  void CountUpload(uint64_t n) {
+    upload_parts_.fetch_add(1, std::memory_order_relaxed);
+    upload_bytes_.fetch_add(n, std::memory_order_relaxed);
+  }
   void CountReaderWait(std::chrono::steady_clock::duration d);
   void CountPart(double seconds);
   // A connection (a job's or a plain stream's) opens or closes: counts
@@ -101,11 +109,12 @@ class TransferEngine {
   std::vector<std::thread> threads_;  // never joined: the engine lives as long as the process
   int idle_ = 0;
   int running_ = 0;
+  int uploads_running_ = 0;
   uint64_t bytes_in_flight_ = 0;
   std::map<std::string, Host> hosts_;
 
   std::atomic<uint64_t> bytes_{0}, retries_{0}, stalls_{0}, throttles_{0}, streams_{0},
-      parted_{0}, hedges_{0}, hedge_wins_{0};
+      parted_{0}, hedges_{0}, hedge_wins_{0}, upload_parts_{0}, upload_bytes_{0};
 
   mutable std::mutex stats_mu_;  // below
   int connections_ = 0;
