@@ -38,13 +38,19 @@ class PrefetchQueue {
   // Removes the oldest entry, waiting for one: the value, the queued error,
   // or T() for the end marker. After Cancel() returns kCancelled.
   Result<T> Pop() { return Pop(std::chrono::milliseconds::max()); }
-  // The same, waiting at most `timeout`; returns kUnavailable when it passes.
-  Result<T> Pop(std::chrono::milliseconds timeout) {
+  // The same, waiting at most `timeout`; returns kUnavailable when it passes
+  // (as a queued kUnavailable error would: tell them apart with the form
+  // below).
+  Result<T> Pop(std::chrono::milliseconds timeout) { return Pop(timeout, nullptr); }
+  // The same; *timed_out (when given) says whether `timeout` passed.
+  Result<T> Pop(std::chrono::milliseconds timeout, bool* timed_out) {
+    if (timed_out != nullptr) *timed_out = false;
     std::unique_lock<std::mutex> lock(mu_);
     auto ready = [&] { return cancelled_ || size_ > 0; };
     if (timeout == std::chrono::milliseconds::max()) {
       not_empty_.wait(lock, ready);
     } else if (!not_empty_.wait_for(lock, timeout, ready)) {
+      if (timed_out != nullptr) *timed_out = true;
       return Status::Unavailable("prefetch queue empty");
     }
     if (cancelled_) return Status::Cancelled("prefetch queue stopped");

@@ -683,16 +683,18 @@ Result<Batch> Loader::next() {
       m.first_next = m.last_log = t0;
     }
   }
-  Result<Batch> r = m.run->queue().Pop(std::chrono::milliseconds(100));
   // Wait in slices: holding every batch slot while asking for another
-  // would otherwise hang forever.
-  while (!r.ok() && r.status().code() == StatusCode::kUnavailable) {
+  // would otherwise hang forever. (A queued kUnavailable is the run's error,
+  // not a slice that passed.)
+  bool timed_out = false;
+  Result<Batch> r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
+  while (timed_out) {
     if (m.run->StarvedOfSlots()) {
       return Status::Unavailable(
           "loader: the caller holds every batch slot (" + std::to_string(m.opt.prefetch + 2) +
           "); drop batches no longer needed, or raise LoaderOptions::prefetch");
     }
-    r = m.run->queue().Pop(std::chrono::milliseconds(100));
+    r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
   }
   const Clock::time_point t1 = Clock::now();
   m.counters->queue_depth = static_cast<int64_t>(m.run->queue().size());
