@@ -328,7 +328,7 @@ TEST_F(HttpSourceTest, ChangedObjectFailsCleanlyAfterPartialRead) {
     got.append(buf.data(), *n);
   }
   ExpectData(got, data_.substr(0, 50000));  // never bytes of two versions
-  EXPECT_EQ(error.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(error.code(), StatusCode::kChecksum);
   EXPECT_NE(error.message().find("changed"), std::string::npos) << error;
   EXPECT_EQ(error.offset(), 50000);
   EXPECT_EQ(Gets().back()["status"], 412) << Gets().back().dump();

@@ -153,7 +153,7 @@ TEST_F(TransferTest, ObjectChangedBetweenPartsIsAnErrorNeverMixedBytes) {
   server_.AddFault({{"kind", "change_etag"}});
   auto r = ReadAll(**in);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(r.status().code(), StatusCode::kChecksum) << r.status();
   EXPECT_NE(r.status().message().find("changed"), std::string::npos) << r.status();
   EXPECT_NE(r.status().message().find("/shard.tar"), std::string::npos) << r.status();
   EXPECT_EQ(r.status().offset(), static_cast<int64_t>(kPart)) << r.status();

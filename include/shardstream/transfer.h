@@ -54,6 +54,13 @@ struct SHARDSTREAM_EXPORT TransferOptions {
   // dropped and the rest of its range asked for again. The smaller of this
   // and HttpOptions::low_speed_time_s applies. Default: 5 s.
   double stall_s = 5;
+  // A host that sends no byte on any connection for this long while asked
+  // (every GET to it stalls) fails each stream to it at its next stall,
+  // with an error naming the url: a store that stalls everything fails in
+  // well under a minute, whatever the number of streams waiting on it.
+  // 0: off (each stream gives up on its own, after (max_retries + 1) *
+  // stall_s). Default: 30 s.
+  double host_stall_s = 30;
   // A reader waiting on a part that has run hedge_factor times the median
   // part time (and at least hedge_min_s) asks for its rest again on another
   // connection; 0 turns hedging off. Default: 3, 1 s.

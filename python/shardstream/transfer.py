@@ -36,7 +36,7 @@ def set_transfer_options(**options: Union[int, float, str]) -> None:
 
     Keys: ``part_size`` and ``max_bytes_in_flight`` (bytes, or a size such as
     "16MiB"), ``parts_per_stream``, ``max_connections``,
-    ``initial_host_connections``, ``stall_s``, ``hedge_factor``,
+    ``initial_host_connections``, ``stall_s``, ``host_stall_s``, ``hedge_factor``,
     ``hedge_min_s``. An unknown key raises ValueError.
     """
     values: Dict[str, Any] = {}

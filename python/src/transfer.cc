@@ -18,6 +18,7 @@ void ForEachOption(TransferOptions& o, F&& f) {
   f("initial_host_connections", o.initial_host_connections);
   f("max_bytes_in_flight", o.max_bytes_in_flight);
   f("stall_s", o.stall_s);
+  f("host_stall_s", o.host_stall_s);
   f("hedge_factor", o.hedge_factor);
   f("hedge_min_s", o.hedge_min_s);
 }

@@ -2,6 +2,8 @@
 #include "http/http_stream.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "common/log.h"
 #include "http/curl_transfer.h"
@@ -52,7 +54,8 @@ class HttpStream final : public InputStream {
         etag_(req_.if_match),
         pinned_(!req_.if_match.empty() || !req_.if_unmodified_since.empty()),
         engine_(TransferEngine::Get()),
-        host_(UrlHost(req_.urls.front())) {}
+        host_(UrlHost(req_.urls.front())),
+        activity_(engine_.Activity(host_)) {}
 
   ~HttpStream() override { Down(); }
 
@@ -148,6 +151,10 @@ class HttpStream final : public InputStream {
     pos_ += got;
     failures_ = 0;
     engine_.CountBytes(got);
+    activity_->last_byte_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now().time_since_epoch())
+                                      .count(),
+                                  std::memory_order_relaxed);
     SHARDSTREAM_RETURN_IF_ERROR(CheckLength());
     return got;
   }
@@ -155,8 +162,16 @@ class HttpStream final : public InputStream {
   // A failed attempt about to be retried. A stall is this connection's
   // trouble; a reset or refused connection may be the host's load.
   void CountRetry(bool stalled) {
+    last_stalled_ = stalled;
+    if (stalled) host_silent_s_ = engine_.NoteStall(activity_, StallSeconds());
     engine_.CountRetry(stalled);
     if (!stalled) engine_.Signal(host_, HostSignal::kConnectionError);
+  }
+
+  double StallSeconds() const {
+    const double low_speed = static_cast<double>(client_->options.low_speed_time_s);
+    if (req_.stall_s > 0 && (low_speed <= 0 || req_.stall_s < low_speed)) return req_.stall_s;
+    return low_speed;
   }
 
   void Down() {
@@ -206,10 +221,12 @@ class HttpStream final : public InputStream {
                   static_cast<int64_t>(pos_));
   }
 
+  // kChecksum: the bytes are not those of the object the read began with
+  // (the shard's fault, skipped under skip_shard; a cache fill starts again).
   Status Changed(const std::string& why) const {
     const std::string where = pinned_ ? "at byte " + std::to_string(pos_)
                                       : "after " + std::to_string(pos_ - start_) + " bytes";
-    return Status(StatusCode::kUnavailable,
+    return Status(StatusCode::kChecksum,
                   "GET " + url_ + ": the object changed while it was read (" + why + ") " +
                       where + "; read it again from the start",
                   url_, static_cast<int64_t>(pos_));
@@ -245,6 +262,16 @@ class HttpStream final : public InputStream {
       return Status::OK();
     }
     while (true) {
+      const double host_stall_s = GetTransferOptions().host_stall_s;
+      if (last_stalled_ && host_stall_s > 0 && host_silent_s_ >= host_stall_s) {
+        char secs[32];
+        std::snprintf(secs, sizeof(secs), "%.3g", host_silent_s_);
+        return Status(StatusCode::kUnavailable,
+                      last_error_.message() + "; " + host_ + " has sent no byte on any connection for " +
+                          secs + " s (every request stalls): gave up after " +
+                          std::to_string(failures_) + " attempts",
+                      url_, static_cast<int64_t>(pos_));
+      }
       if (failures_ > client_->options.max_retries) {
         if (mirror_ + 1 < req_.urls.size()) {
           ++mirror_;
@@ -259,7 +286,10 @@ class HttpStream final : public InputStream {
                         url_, static_cast<int64_t>(pos_));
         }
       }
-      if (failures_ > 0 && !BackoffSleep(client_->options, failures_ - 1,
+      // A stalled attempt has waited stall_s already: no backoff on top, so a
+      // store that stalls everything fails after (max_retries + 1) * stall_s
+      // (45 s by default).
+      if (failures_ > 0 && !last_stalled_ && !BackoffSleep(client_->options, failures_ - 1,
                                          last_response_ ? &*last_response_ : nullptr,
                                          req_.cancel.get())) {
         return Cancelled();
@@ -419,6 +449,8 @@ class HttpStream final : public InputStream {
   std::string etag_;
   uint64_t skip_ = 0;
   int failures_ = 0;
+  bool last_stalled_ = false;  // the last failure was a stall
+  double host_silent_s_ = 0;   // then: how long the host has sent nothing
   bool eof_ = false;
   Status pending_;  // a failure ReadWithin met, for Read to handle
   Status last_error_;
@@ -426,6 +458,7 @@ class HttpStream final : public InputStream {
   const bool pinned_;  // the version was fixed by the caller: never follow a new one
   TransferEngine& engine_;
   const std::string host_;
+  HostActivity* const activity_;
   bool up_ = false;  // counted as a connection in use
 };
 

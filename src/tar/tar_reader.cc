@@ -199,8 +199,11 @@ class TarReaderImpl final : public TarReader {
   // Errors after which the stream is out of step.
   Result<bool> Fatal(const Status& st) {
     done_ = true;
-    if (options_.policy == ErrorPolicy::kRaise || st.code() != StatusCode::kCorrupt) {
-      // I/O errors are not the shard's fault: always reported.
+    if (options_.policy == ErrorPolicy::kRaise ||
+        (st.code() != StatusCode::kCorrupt && st.code() != StatusCode::kChecksum)) {
+      // I/O errors are not the shard's fault: always reported. Bytes other
+      // than the shard's (a size or version the manifest or the first answer
+      // did not promise) are.
       error_ = st;
       return st;
     }

@@ -24,6 +24,7 @@ TransferOptions Clamped(TransferOptions o) {
   o.initial_host_connections = std::clamp(o.initial_host_connections, 1, o.max_connections);
   if (o.part_size > 0) o.part_size = std::max<uint64_t>(o.part_size, 64 << 10);
   o.stall_s = std::max(0.0, o.stall_s);
+  o.host_stall_s = std::max(0.0, o.host_stall_s);
   o.hedge_factor = std::max(0.0, o.hedge_factor);
   o.hedge_min_s = std::max(0.0, o.hedge_min_s);
   return o;
@@ -222,6 +223,29 @@ void TransferEngine::WorkerLoop() {
     HostOf(host).running--;
     cv_.notify_all();
   }
+}
+
+HostActivity* TransferEngine::Activity(const std::string& host) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& a = activity_[host];
+  if (!a) a = std::make_unique<HostActivity>();
+  return a.get();
+}
+
+double TransferEngine::NoteStall(HostActivity* host, double stall_s) {
+  using std::chrono::duration_cast;
+  using std::chrono::nanoseconds;
+  const int64_t now = duration_cast<nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t began = now - static_cast<int64_t>(stall_s * 1e9);
+  const int64_t gap = static_cast<int64_t>((2 * stall_s + 1) * 1e9);
+  std::lock_guard<std::mutex> lock(host->mu);
+  const int64_t last_byte = host->last_byte_ns.load(std::memory_order_relaxed);
+  if (host->stalled_since_ns == 0 || last_byte > host->stalled_since_ns ||
+      now - host->last_stall_ns > gap) {
+    host->stalled_since_ns = std::max(began, last_byte);
+  }
+  host->last_stall_ns = now;
+  return static_cast<double>(now - host->stalled_since_ns) / 1e9;
 }
 
 void TransferEngine::CountReaderWait(std::chrono::steady_clock::duration d) {

@@ -49,6 +49,16 @@ class TransferJob {
   virtual bool Upload() const { return false; }
 };
 
+// Whether a host sends anything at all: the time of its last body byte on
+// any connection (streams store it, lock-free), and the window of stalls
+// with no byte since (NoteStall).
+struct HostActivity {
+  std::atomic<int64_t> last_byte_ns{0};  // steady clock
+  std::mutex mu;                         // below
+  int64_t stalled_since_ns = 0;          // 0: not stalling
+  int64_t last_stall_ns = 0;
+};
+
 // What a GET ended with, for its host's AIMD limit.
 enum class HostSignal { kSuccess, kThrottled, kConnectionError };
 
@@ -84,6 +94,13 @@ class TransferEngine {
   // connections and the busy time.
   void ConnectionUp();
   void ConnectionDown();
+  // The host's activity record (lives as long as the engine).
+  HostActivity* Activity(const std::string& host);
+  // A GET to the host stalled (no byte for stall_s). Returns how long the
+  // host has sent no byte on any connection while asked: since the first
+  // of a run of stalls with no byte in between (a run ends when no stall
+  // follows within 2 * stall_s + 1 s: the host was not being asked).
+  double NoteStall(HostActivity* host, double stall_s);
   // The median part time so far (0 before any part), for hedging.
   double PartMedianSeconds() const;
 
@@ -112,6 +129,7 @@ class TransferEngine {
   int uploads_running_ = 0;
   uint64_t bytes_in_flight_ = 0;
   std::map<std::string, Host> hosts_;
+  std::map<std::string, std::unique_ptr<HostActivity>> activity_;
 
   std::atomic<uint64_t> bytes_{0}, retries_{0}, stalls_{0}, throttles_{0}, streams_{0},
       parted_{0}, hedges_{0}, hedge_wins_{0}, upload_parts_{0}, upload_bytes_{0};

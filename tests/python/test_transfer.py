@@ -50,6 +50,7 @@ def test_each_process_of_a_node_takes_its_share_of_the_budget(small_parts, monke
 def test_options_take_sizes_and_refuse_unknown_keys(small_parts):
     assert shardstream.transfer_options()["part_size"] == 64 << 10
     assert shardstream.transfer_options()["parts_per_stream"] == 4
+    assert shardstream.transfer_options()["host_stall_s"] == 30  # the default
     with pytest.raises(ValueError, match="unknown option 'parts'"):
         shardstream.set_transfer_options(parts=3)
     with pytest.raises(shardstream.ConfigError):
