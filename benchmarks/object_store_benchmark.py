@@ -1,25 +1,34 @@
 #!/usr/bin/env python3
 """A cold epoch from an object store that caps each connection, against the
-store's ceiling.
+store's ceiling and the peers' S3 clients.
 
 The store: nginx on loopback with `limit_rate` (a per-connection cap, as S3
-and GCS have: 25 and 100 MB/s here), serving token shards (tar, one
-`tokens.npy` of 2,048 int32 per sample) listed in a manifest with sizes.
+and GCS have: 25 and 100 MB/s here), behind tests/servers/fault_proxy.py
+adding --latency-ms (20) of first-byte latency to every answer, serving
+token shards (tar, one `tokens.npy` of 2,048 int32 per sample) listed in a
+manifest with sizes. The same objects are read as http://HOST/bench/KEY and,
+path-style with AWS_ENDPOINT_URL, as s3://bench/KEY (nginx ignores the
+signature; S3 signing itself is tested against moto).
 
-Measured, each the median of --runs runs on the same data in the same run:
-  * ceiling: every shard at once with parallel curl (one GET each), MB/s;
+Two sets: --shards shards of --shard-mib (18 x 32 MiB), and --big-shards of
+--big-mib (2 x 1 GiB). Measured, each the median of --runs runs on the same
+data in the same run, each in a fresh process (peak RSS, CPU seconds/GB):
+  * ceiling: every object at once with parallel curl (one GET each), MB/s;
   * shardstream: one cold epoch of ShardDataset(manifest, fields=["tokens.npy"],
-    batch_size=256) with defaults (shuffle on), without and with cache_dir
-    (a new, empty cache each run), MB/s of shard bytes, time to the first
-    batch, peak RSS of the process, CPU seconds per GB, and the transfer
-    counters (parts, connections at peak, part p50/p99);
-  * the same with part_size 0 (one GET per shard, as before ranged parts);
-  * time to the first batch from a cold shard of --big-mib (1 GiB), with and without
-    cache_dir;
-  * the peak RSS of a process that only imports torch and shardstream (the baseline the
-    in-flight budget, 512 MiB, adds to).
-Prints one JSON object. Usage (after `bash scripts/setup.sh` and `pip install .`):
-  .venv/bin/python benchmarks/object_store_benchmark.py --shards 18 --shard-mib 32 --runs 3
+    batch_size=256) with defaults (shuffle on), http:// and s3://, without and
+    with cache_dir (a new, empty cache each run), and the transfer counters;
+  * the same over http:// with part_size 0 (one GET per shard);
+  * s3torchconnector (the AWS CRT client) reading every object in turn with
+    S3IterableDataset.from_objects and its default S3ClientConfig
+    (force_path_style for the endpoint);
+  * boto3's download manager: download_fileobj of every object in turn with
+    the default TransferConfig (8 MiB parts, 10 threads);
+  * time to the first batch from a cold big shard, with and without cache_dir;
+  * the peak RSS of a process that only imports torch and shardstream (the
+    baseline the in-flight budget, 512 MiB, adds to).
+Prints one JSON object. Usage (after `bash scripts/setup.sh`, `pip install .`
+and `pip install s3torchconnector==1.5.0`; boto3 comes with the test tools):
+  .venv/bin/python benchmarks/object_store_benchmark.py --runs 3
 """
 import argparse
 import io
@@ -36,6 +45,9 @@ import time
 import numpy as np
 
 from remote_benchmark import free_port, wait_port
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROXY = os.path.join(HERE, "..", "tests", "servers", "fault_proxy.py")
 
 
 def make_shards(root, n, shard_mib, seq=2048, prefix="shard"):
@@ -87,42 +99,85 @@ def ceiling(base, rows):
     return sum(r["size"] for r in rows) / (time.perf_counter() - t0) / 1e6
 
 
+def start_proxy(target_port, latency_ms):
+    proc = subprocess.Popen([sys.executable, PROXY, "--target", str(target_port),
+                             "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().split()
+    return proc, int(line[1])
+
+
 CHILD = r"""
 import json, os, resource, sys, tempfile, time, shutil
-import shardstream
-from shardstream.torch import ShardDataset
 cfg = json.loads(sys.argv[1])
-if cfg["part_size"] is not None:
-    shardstream.set_transfer_options(part_size=cfg["part_size"])
-cache = tempfile.mkdtemp(dir=cfg["work"]) if cfg["cache"] else None
-ds = ShardDataset(cfg["manifest"], fields=["tokens.npy"], batch_size=256, cache_dir=cache,
-                  cache_limit="8GiB" if cache else None)
-t0 = time.perf_counter(); c0 = time.process_time(); first = None; samples = 0
-if cfg["mode"] != "baseline":
-    for batch in ds:
-        if first is None:
-            first = time.perf_counter() - t0
-            if cfg["mode"] == "first":
-                break
-        samples += batch["tokens.npy"].shape[0]
+mode = cfg["mode"]
+t0 = c0 = None
+first = None
+samples = 0
+nbytes = 0
+ts = None
+if mode in ("s3torch", "boto3"):
+    import torch  # the same imports as the shardstream runs
+    t0 = time.perf_counter(); c0 = time.process_time()
+    if mode == "s3torch":
+        from s3torchconnector import S3IterableDataset, S3ClientConfig
+        ds = S3IterableDataset.from_objects(cfg["uris"], region="us-east-1",
+                                            endpoint=os.environ["AWS_ENDPOINT_URL"],
+                                            s3client_config=S3ClientConfig(force_path_style=True))
+        for reader in ds:
+            while True:
+                b = reader.read(8 << 20)
+                if not b:
+                    break
+                nbytes += len(b)
+    else:
+        import boto3
+        from botocore.config import Config
+
+        class Null:
+            def write(self, b):
+                global nbytes
+                nbytes += len(b)
+                return len(b)
+
+        s3 = boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
+        for uri in cfg["uris"]:
+            bucket, key = uri[len("s3://"):].split("/", 1)
+            s3.download_fileobj(bucket, key, Null())
+else:
+    import shardstream
+    from shardstream.torch import ShardDataset
+    if cfg["part_size"] is not None:
+        shardstream.set_transfer_options(part_size=cfg["part_size"])
+    cache = tempfile.mkdtemp(dir=cfg["work"]) if cfg["cache"] else None
+    ds = ShardDataset(cfg["manifest"], fields=["tokens.npy"], batch_size=256, cache_dir=cache,
+                      cache_limit="8GiB" if cache else None)
+    t0 = time.perf_counter(); c0 = time.process_time()
+    if mode != "baseline":
+        for batch in ds:
+            if first is None:
+                first = time.perf_counter() - t0
+                if mode == "first":
+                    break
+            samples += batch["tokens.npy"].shape[0]
+    ts = shardstream.transfer_stats()
+    ds.close()
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
 secs = time.perf_counter() - t0
 cpu = time.process_time() - c0
-ts = shardstream.transfer_stats()
-ds.close()
-if cache:
-    shutil.rmtree(cache, ignore_errors=True)
 print(json.dumps({"seconds": secs, "first_batch_s": first, "samples": samples, "cpu_s": cpu,
+                  "bytes": nbytes,
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "transfer": ts}))
 """
 
 
-def epoch(python, work, manifest, cache, part_size, total_bytes, mode="epoch"):
-    cfg = {"work": work, "manifest": manifest, "cache": cache, "part_size": part_size,
-           "mode": mode}
+def run_child(python, cfg, env, total_bytes):
     out = subprocess.run([python, "-c", CHILD, json.dumps(cfg)], check=True, capture_output=True,
-                         text=True).stdout
+                         text=True, env=env).stdout
     r = json.loads(out.strip().splitlines()[-1])
+    if cfg["mode"] in ("s3torch", "boto3") and r["bytes"] != total_bytes:
+        raise RuntimeError("%s read %d bytes of %d" % (cfg["mode"], r["bytes"], total_bytes))
     r["mb_per_s"] = total_bytes / r["seconds"] / 1e6
     r["cpu_s_per_gb"] = r["cpu_s"] / (total_bytes / 1e9)
     return r
@@ -132,61 +187,101 @@ def med(rs, key):
     return statistics.median(r[key] for r in rs)
 
 
+def summary(rs, ceil):
+    out = {
+        "mb_per_s": med(rs, "mb_per_s"),
+        "of_ceiling": med(rs, "mb_per_s") / ceil,
+        "rss_mib": max(r["rss_mib"] for r in rs),
+        "cpu_s_per_gb": med(rs, "cpu_s_per_gb"),
+    }
+    if rs[0]["transfer"] is not None:
+        out.update({
+            "first_batch_s": med(rs, "first_batch_s"),
+            "peak_connections": max(r["transfer"]["peak_connections"] for r in rs),
+            "parts": rs[0]["transfer"]["parts"],
+            "part_p50_s": med([r["transfer"] for r in rs], "part_p50_s"),
+            "part_p99_s": med([r["transfer"] for r in rs], "part_p99_s"),
+        })
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shards", type=int, default=18)
     ap.add_argument("--shard-mib", type=int, default=32)
-    ap.add_argument("--rates", default="25m,100m")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--big-shards", type=int, default=2)
     ap.add_argument("--big-mib", type=int, default=1024)
+    ap.add_argument("--rates", default="25m,100m")
+    ap.add_argument("--latency-ms", type=float, default=20)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--peers", default="s3torch,boto3", help="comma-separated; empty: none")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ss-objstore-")
     root = os.path.join(work, "root")
-    os.makedirs(root)
-    rows = make_shards(root, args.shards, args.shard_mib)
-    big = make_shards(root, 1, args.big_mib, prefix="big") if args.big_mib else []
-    total = sum(r["size"] for r in rows)
-    result = {"shards": args.shards, "shard_mib": args.shard_mib, "total_bytes": total,
-              "runs": args.runs, "rates": {}}
+    bucket = os.path.join(root, "bench")
+    os.makedirs(bucket)
+    sets = {"small": make_shards(bucket, args.shards, args.shard_mib)}
+    if args.big_shards:
+        sets["big"] = make_shards(bucket, args.big_shards, args.big_mib, prefix="big")
+    peers = [p for p in args.peers.split(",") if p]
+    result = {"shards": args.shards, "shard_mib": args.shard_mib, "big_shards": args.big_shards,
+              "big_mib": args.big_mib, "latency_ms": args.latency_ms, "runs": args.runs,
+              "rates": {}}
     for rate in args.rates.split(","):
-        proc, port = start_nginx(work, root, rate)
+        nginx, nginx_port = start_nginx(work, root, rate)
+        proxy, port = start_proxy(nginx_port, args.latency_ms)
         try:
             base = "http://127.0.0.1:%d" % port
-            manifest = base + "/shard.jsonl"
+            env = dict(os.environ, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                       AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
+                       AWS_ENDPOINT_URL=base, AWS_EC2_METADATA_DISABLED="true")
             if "baseline_rss_mib" not in result:
-                result["baseline_rss_mib"] = epoch(args.python, work, manifest, False, None,
-                                                   total, "baseline")["rss_mib"]
-            ceil = statistics.median(ceiling(base, rows) for _ in range(args.runs))
-            entry = {"ceiling_mb_per_s": ceil}
-            for name, cache, part in (("uncached", False, None), ("cached", True, None),
-                                      ("uncached_one_get", False, 0),
-                                      ("cached_one_get", True, 0)):
-                rs = [epoch(args.python, work, manifest, cache, part, total)
-                      for _ in range(args.runs)]
-                entry[name] = {
-                    "mb_per_s": med(rs, "mb_per_s"),
-                    "of_ceiling": med(rs, "mb_per_s") / ceil,
-                    "first_batch_s": med(rs, "first_batch_s"),
-                    "rss_mib": max(r["rss_mib"] for r in rs),
-                    "cpu_s_per_gb": med(rs, "cpu_s_per_gb"),
-                    "peak_connections": max(r["transfer"]["peak_connections"] for r in rs),
-                    "parts": rs[0]["transfer"]["parts"],
-                    "part_p50_s": med([r["transfer"] for r in rs], "part_p50_s"),
-                    "part_p99_s": med([r["transfer"] for r in rs], "part_p99_s"),
-                }
-                print(rate, name, json.dumps(entry[name]), file=sys.stderr, flush=True)
-            if big:
-                for name, cache in (("first_batch_1gib_uncached_s", False),
-                                    ("first_batch_1gib_cached_s", True)):
-                    entry[name] = statistics.median(
-                        epoch(args.python, work, base + "/big.jsonl", cache, None, 1,
-                              "first")["first_batch_s"] for _ in range(args.runs))
-                    print(rate, name, entry[name], file=sys.stderr, flush=True)
+                result["baseline_rss_mib"] = run_child(
+                    args.python, {"work": work, "manifest": base + "/bench/shard.jsonl",
+                                  "cache": False, "part_size": None, "mode": "baseline"},
+                    env, 1)["rss_mib"]
+            entry = {}
+            for set_name, rows in sets.items():
+                prefix = "shard" if set_name == "small" else "big"
+                total = sum(r["size"] for r in rows)
+                ceil = statistics.median(ceiling(base + "/bench", rows) for _ in range(args.runs))
+                e = {"total_bytes": total, "ceiling_mb_per_s": ceil}
+                runs = []
+                for scheme in ("http", "s3"):
+                    manifest = (base + "/bench/" if scheme == "http" else "s3://bench/") + prefix + ".jsonl"
+                    runs += [("%s_uncached" % scheme, {"manifest": manifest, "cache": False,
+                                                        "part_size": None, "mode": "epoch"}),
+                             ("%s_cached" % scheme, {"manifest": manifest, "cache": True,
+                                                      "part_size": None, "mode": "epoch"})]
+                runs.append(("http_uncached_one_get", {"manifest": base + "/bench/" + prefix + ".jsonl",
+                                                       "cache": False, "part_size": 0,
+                                                       "mode": "epoch"}))
+                uris = ["s3://bench/" + r["url"] for r in rows]
+                for peer in peers:
+                    runs.append((peer, {"uris": uris, "mode": peer}))
+                for name, cfg in runs:
+                    cfg["work"] = work
+                    rs = [run_child(args.python, cfg, env, total) for _ in range(args.runs)]
+                    e[name] = summary(rs, ceil)
+                    print(rate, set_name, name, json.dumps(e[name]), file=sys.stderr, flush=True)
+                if set_name == "big":
+                    for scheme in ("http", "s3"):
+                        manifest = (base + "/bench/" if scheme == "http" else "s3://bench/") + "big.jsonl"
+                        for cached in (False, True):
+                            name = "first_batch_%s_%s_s" % (scheme, "cached" if cached else "uncached")
+                            e[name] = statistics.median(
+                                run_child(args.python, {"work": work, "manifest": manifest,
+                                                        "cache": cached, "part_size": None,
+                                                        "mode": "first"}, env, 1)["first_batch_s"]
+                                for _ in range(args.runs))
+                            print(rate, name, e[name], file=sys.stderr, flush=True)
+                entry[set_name] = e
             result["rates"][rate] = entry
         finally:
-            proc.terminate()
-            proc.wait()
+            for p in (proxy, nginx):
+                p.terminate()
+                p.wait()
     print(json.dumps(result))
 
 

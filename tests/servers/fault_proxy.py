@@ -17,6 +17,10 @@ forwarded to the target. M is an HTTP control server:
                      have forwarded N bytes to its client is reset; once
   POST /rate         {"bytes_per_s": R}: forward at most R bytes/s to each
                      client from now on (0: no limit)
+  POST /latency      {"ms": L}: each answer's first byte reaches the client
+                     at least L ms after the request's bytes went to the
+                     target (a store's first-byte latency; 0: none). Also
+                     --latency-ms at start.
   POST /status_next  {"count": N, "status": 503, "method": "PUT"}: the next N
                      requests of that method (any: "") on new connections are
                      answered by the proxy itself with that status and an S3
@@ -53,6 +57,7 @@ class Proxy:
         self.bytes_done = 0  # of closed connections
         self.next_reset = None  # reset_at of the next connection accepted
         self.rate = 0  # bytes/s to each client, 0: unlimited
+        self.latency = 0.0  # seconds from a request to its answer's first byte
         self.reset_first = None  # bytes after which the first connection is reset
         self.status_left = 0  # requests still to answer with self.status
         self.status = 503
@@ -152,6 +157,8 @@ class Conn:
         self.reset_at = None   # reset once self.down reaches this
         self.wake_r, self.wake_w = socket.socketpair()
         self.t0 = time.monotonic()
+        self.asked = None      # when request bytes last went to the target
+        self.hold_until = None  # the answer's first byte waits until then
 
     def wake(self):
         try:
@@ -227,11 +234,16 @@ class Conn:
                     data = pending[src]
                     if s is c and self.reset_at is not None:
                         data = data[:max(0, self.reset_at - self.down)]
+                    if s is c and self.hold_until is not None:
+                        time.sleep(max(0.0, self.hold_until - time.monotonic()))
+                        self.hold_until = None
                     if len(data):
                         try:
                             n = s.send(data)
                         except BlockingIOError:
                             n = 0
+                        if s is u and n:
+                            self.asked = time.monotonic()
                         if s is c:
                             self.down += n
                             rate = self.proxy.rate
@@ -249,6 +261,10 @@ class Conn:
                         n = 0
                     if n:
                         pending[s] = bufs[s][:n]
+                        if s is u and self.asked is not None:
+                            if self.proxy.latency > 0:
+                                self.hold_until = self.asked + self.proxy.latency
+                            self.asked = None
                     else:  # EOF: pass it on (nothing of this direction is pending)
                         eof[s] = True
                         dst[s].shutdown(socket.SHUT_WR)
@@ -293,6 +309,9 @@ def make_control(proxy):
                 with proxy.lock:
                     proxy.reset_first = int(json.loads(data)["bytes"])
                 return self._answer(200, proxy.stats())
+            if self.path == "/latency":
+                proxy.latency = float(json.loads(data)["ms"]) / 1000
+                return self._answer(200, proxy.stats())
             if self.path == "/rate":
                 proxy.rate = int(json.loads(data)["bytes_per_s"])
                 return self._answer(200, proxy.stats())
@@ -316,11 +335,13 @@ def main():
     ap.add_argument("--target", required=True, help="PORT or 127.0.0.1:PORT")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--control-port", type=int, default=0)
+    ap.add_argument("--latency-ms", type=float, default=0)
     args = ap.parse_args()
     host, _, port = args.target.rpartition(":")
     if host not in ("", "127.0.0.1", "localhost"):
         ap.error("the target must be on loopback")
     proxy = Proxy(("127.0.0.1", int(port)))
+    proxy.latency = args.latency_ms / 1000
     exit_with_parent()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
