@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <random>
+#include <thread>
 
 #include "common/log_capture.h"
+#include "shardstream/transfer.h"
 #include "support/http_server.h"
 #include "support/test_util.h"
 #include "support/transfer_options.h"
@@ -277,6 +280,18 @@ TEST_F(S3SourceTest, DefaultSourceUsesTheEnvironment) {
   char buf[3];
   EXPECT_EQ(*(*ra)->ReadAt(4, 3, buf), 3u);
   EXPECT_EQ(std::string(buf, 3), "env");
+
+  // A prefetch through the default source starts the stream, and the open
+  // takes it over: one stream in all.
+  const uint64_t streams = GetTransferStats().streams;
+  src->Prefetch("s3://data/env/file.txt");
+  for (int i = 0; i < 500 && GetTransferStats().streams == streams; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(GetTransferStats().streams, streams + 1);
+  auto prefetched = src->OpenInputStream("s3://data/env/file.txt", 0);
+  ASSERT_TRUE(prefetched.ok()) << prefetched.status();
+  EXPECT_EQ(*ReadAll(**prefetched), "via env");
+  EXPECT_EQ(GetTransferStats().streams, streams + 1);
 
   // Environment keys take precedence over the profile.
   ::setenv("AWS_ACCESS_KEY_ID", moto_->access_key().c_str(), 1);

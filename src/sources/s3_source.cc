@@ -132,6 +132,9 @@ class EnvironmentS3Source final : public Source {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
     return s->OpenInputStreamWith(url, options);
   }
+  void Prefetch(const std::string& url) override {
+    if (auto s = Current(); s.ok()) (*s)->Prefetch(url);
+  }
   Result<FileInfo> Stat(const std::string& url) override {
     SHARDSTREAM_ASSIGN_OR_RETURN(auto s, Current());
     return s->Stat(url);
