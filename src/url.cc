@@ -142,4 +142,29 @@ std::string RedactUrl(std::string_view url) {
   return out;
 }
 
+namespace {
+// The path of a url, lower case, without its query or trailing '/'.
+std::string LowerPath(std::string_view url) {
+  std::string path(url.substr(0, url.find('?')));
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  for (char& c : path) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return path;
+}
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+bool IsManifestUrl(std::string_view url) {
+  const std::string p = LowerPath(url);
+  return EndsWith(p, ".jsonl") || EndsWith(p, ".ndjson") || EndsWith(p, ".csv") ||
+         EndsWith(p, ".json");
+}
+
+bool IsShardUrl(std::string_view url) {
+  const std::string p = LowerPath(url);
+  return EndsWith(p, ".tar") || EndsWith(p, ".tar.zst") || EndsWith(p, ".tar.zstd") ||
+         EndsWith(p, ".tar.gz") || EndsWith(p, ".tgz");
+}
+
 }  // namespace shardstream

@@ -99,6 +99,22 @@ TEST(DatasetInputsTest, DirectoryListsItsShardsInNameOrder) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status();
 }
 
+TEST(DatasetInputsTest, ALocalGlobIsExpandedAndARemoteOneExplained) {
+  TempDir dir;
+  WriteBareShards(dir.path(), 3, 4);
+  auto m = ResolveDataset({dir.Join("*-00000[02].tar")});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards.size(), 2u);
+  EXPECT_NE(m->shards[0].url.find("000000"), std::string::npos);
+  EXPECT_NE(m->shards[1].url.find("000002"), std::string::npos);
+  auto none = ResolveDataset({dir.Join("nothing-*.tar")});
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("braces"), std::string::npos) << none.status();
+  auto remote = ResolveDataset({"s3://bucket/data/shard-*.tar"});
+  EXPECT_EQ(remote.status().code(), StatusCode::kConfig);
+  EXPECT_NE(remote.status().message().find("local paths only"), std::string::npos) << remote.status();
+}
+
 TEST(DatasetInputsTest, ListsMixKindsInOrderAndRefuseDuplicates) {
   TempDir dir;
   auto shards = WriteBareShards(dir.path(), 4, 3);

@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "shardstream/checksum.h"
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/decode.h"
 #include "shardstream/manifest.h"
 #include "shardstream/shard_index.h"
@@ -347,6 +350,56 @@ TEST(ShardWriterTest, IndexRecordsWhereEveryFieldAndNpyValueLies) {
   short_values.fields[6].count += 1;
   EXPECT_EQ(ParseSampleIndex(SerializeSampleIndex(short_values), "x.idx").status().code(),
             StatusCode::kCorrupt);
+}
+
+TEST(ShardWriterTest, AFolderWithShardsIsRefusedOrOverwrittenNeverMixed) {
+  TempDir dir;
+  ShardWriterOptions o;
+  o.max_samples = 4;
+  o.write_index = true;
+  WriteAll(dir.path(), MakeInputs(20, 1), o);  // 5 shards and their indexes
+  // A second write into the same folder is refused, naming what is there.
+  auto again = ShardWriter::Create(dir.path(), o);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kConfig);
+  EXPECT_NE(again.status().message().find("11 shard, index or manifest file(s)"), std::string::npos)
+      << again.status();
+  EXPECT_NE(again.status().message().find("overwrite"), std::string::npos) << again.status();
+  // With overwrite the old shards, indexes and manifest go; the folder read
+  // then gives exactly the new samples.
+  o.overwrite = true;
+  o.max_samples = 0;
+  Manifest m = WriteAll(dir.path(), MakeInputs(6, 2), o);
+  ASSERT_EQ(m.shards.size(), 1u);
+  auto read = ResolveDataset({dir.path()});
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->shards.size(), 1u);
+  EXPECT_EQ(read->shards[0].nsamples, 6);
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("shard-000001.tar")));
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("shard-000001.tar.idx")));
+}
+
+TEST(ShardWriterTest, AFolderReadRefusesShardsItsManifestDoesNotList) {
+  TempDir dir;
+  ShardWriterOptions o;
+  o.max_samples = 4;
+  WriteAll(dir.Join("old"), MakeInputs(8, 1), o);
+  WriteAll(dir.path(), MakeInputs(8, 2), o);  // shard-000000.tar, shard-000001.tar
+  // A stray shard from elsewhere lands beside them.
+  testing::WriteFile(dir.Join("stray-000009.tar"), testing::ReadFile(dir.Join("old/shard-000000.tar")));
+  auto read = ResolveDataset({dir.path()});
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kConfig);
+  EXPECT_NE(read.status().message().find("stray-000009.tar"), std::string::npos) << read.status();
+  EXPECT_NE(read.status().message().find("manifest.jsonl"), std::string::npos) << read.status();
+  // The manifest itself reads only what it lists; without the stray, the folder reads.
+  auto by_manifest = ResolveDataset({dir.Join("manifest.jsonl")});
+  ASSERT_TRUE(by_manifest.ok()) << by_manifest.status();
+  EXPECT_EQ(by_manifest->shards.size(), 2u);
+  std::remove(dir.Join("stray-000009.tar").c_str());
+  auto folder = ResolveDataset({dir.path()});
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  EXPECT_EQ(folder->shards.size(), 2u);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "shardstream/checksum.h"
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
 #include "shardstream/tar_reader.h"
 #include "support/tar_fixtures.h"
@@ -82,6 +83,54 @@ TEST(TarCliTest, PackVerifyLsReadIsByteIdentical) {
     EXPECT_EQ(listed, 60);
     EXPECT_EQ(seen, files);  // every file, byte for byte, nothing else
   }
+}
+
+TEST(TarCliTest, AMisspeltSubcommandSuggestsTheNearestOne) {
+  std::string output;
+  EXPECT_EQ(RunCommand(Cli() + " lst x", &output), 2);
+  EXPECT_NE(output.find("unknown subcommand 'lst', did you mean 'ls'?"), std::string::npos) << output;
+  EXPECT_EQ(RunCommand(Cli() + " frobnicate", &output), 2);
+  EXPECT_NE(output.find("unknown subcommand 'frobnicate' (shardstream --help"), std::string::npos)
+      << output;
+}
+
+TEST(TarCliTest, VerifyAndManifestTakeAFolder) {
+  TempDir dir;
+  MakeSource(dir.Join("src"), 20);
+  std::string out = dir.Join("out");
+  ASSERT_EQ(RunCommand(Cli() + " pack " + dir.Join("src") + " " + out + " --max-samples 10"), 0);
+  std::string output;
+  EXPECT_EQ(RunCommand(Cli() + " verify " + out, &output), 0) << output;  // its manifest.jsonl
+  EXPECT_NE(output.find("2 of 2 shards ok"), std::string::npos) << output;
+  std::filesystem::remove(out + "/manifest.jsonl");
+  EXPECT_EQ(RunCommand(Cli() + " verify " + out, &output), 1) << output;
+  EXPECT_NE(output.find("without a manifest.jsonl"), std::string::npos) << output;
+  EXPECT_NE(output.find("shardstream manifest " + out + " --out " + out + "/manifest.jsonl"),
+            std::string::npos) << output;
+  ASSERT_EQ(RunCommand(Cli() + " manifest " + out + " --out " + out + "/manifest.jsonl", &output), 0)
+      << output;
+  EXPECT_NE(output.find("2 shards, 20"), std::string::npos) << output;
+  EXPECT_EQ(RunCommand(Cli() + " verify " + out, &output), 0) << output;
+}
+
+TEST(TarCliTest, PackIntoAFolderOfShardsIsRefusedUnlessOverwrite) {
+  TempDir dir;
+  MakeSource(dir.Join("src"), 40);
+  std::string out = dir.Join("out");
+  ASSERT_EQ(RunCommand(Cli() + " pack " + dir.Join("src") + " " + out + " --max-samples 7 --index"), 0);
+  std::string output;
+  EXPECT_NE(RunCommand(Cli() + " pack " + dir.Join("src") + " " + out + " --max-samples 20", &output), 0);
+  EXPECT_NE(output.find("already holds"), std::string::npos) << output;
+  EXPECT_NE(output.find("--overwrite"), std::string::npos) << output;
+  ASSERT_EQ(RunCommand(Cli() + " pack " + dir.Join("src") + " " + out + " --max-samples 20 --overwrite",
+                       &output), 0) << output;
+  // The folder holds the new shards alone: 40 samples, not 80.
+  auto folder = ResolveDataset({out});
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  ASSERT_EQ(folder->shards.size(), 2u);
+  int64_t samples = 0;
+  for (const auto& e : folder->shards) samples += e.nsamples;
+  EXPECT_EQ(samples, 40);
 }
 
 TEST(TarCliTest, VerifyListsDamagedShardsAndExitsOne) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "shardstream/export.h"
+#include "shardstream/url.h"
 #include "shardstream/manifest.h"
 #include "shardstream/result.h"
 #include "shardstream/source.h"
@@ -45,10 +46,7 @@ struct ResolveOptions {
   int threads = 4;
 };
 
-// True for a manifest's url (.jsonl, .ndjson, .csv, .json; a query ignored).
-SHARDSTREAM_EXPORT bool IsManifestUrl(std::string_view url);
-// True for a shard's url (.tar, .tar.zst, .tar.zstd, .tar.gz, .tgz).
-SHARDSTREAM_EXPORT bool IsShardUrl(std::string_view url);
+// IsManifestUrl and IsShardUrl (which input is which) are in url.h.
 
 // On success returns the shards of `inputs`, in order. On failure returns
 // kConfig for no inputs, an empty input or a shard named twice; NotFound for

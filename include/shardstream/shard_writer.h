@@ -50,12 +50,21 @@ struct ShardWriterOptions {
   bool write_index = false;
   // Where files are written. Default: DefaultSource().
   Source* source = nullptr;
+  // An out_dir that already holds shards of this pattern (any number), their
+  // sample indexes (.idx) or a file of manifest_name is refused (kConfig): a
+  // read of the folder would take the old shards beside the new ones. With
+  // overwrite they are removed first (the manifest before the shards).
+  // Shards of other patterns (other writers of the folder) are left alone;
+  // a folder read refuses those its manifest.jsonl does not list.
+  // Default: false.
+  bool overwrite = false;
 };
 
 class SHARDSTREAM_EXPORT ShardWriter {
  public:
   // Creates out_dir if needed. On failure returns kConfig for a bad pattern
-  // or compression, or the Source's error.
+  // or compression, or for old data in out_dir without `overwrite`, or the
+  // Source's error.
   static Result<std::unique_ptr<ShardWriter>> Create(const std::string& out_dir,
                                                      const ShardWriterOptions& options = {});
   // Aborts the shard in progress if Close was not called: no partial shard

@@ -32,6 +32,11 @@ SHARDSTREAM_EXPORT std::string JoinUrl(std::string_view base_dir, std::string_vi
 // Use on every url that reaches a message, a log line or an exception.
 SHARDSTREAM_EXPORT std::string RedactUrl(std::string_view url);
 
+// True for a manifest's url (.jsonl, .ndjson, .csv, .json; a query ignored).
+SHARDSTREAM_EXPORT bool IsManifestUrl(std::string_view url);
+// True for a shard's url (.tar, .tar.zst, .tar.zstd, .tar.gz, .tgz).
+SHARDSTREAM_EXPORT bool IsShardUrl(std::string_view url);
+
 }  // namespace shardstream
 
 #endif  // SHARDSTREAM_URL_H_

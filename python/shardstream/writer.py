@@ -268,7 +268,10 @@ class ShardWriter:
     manifest_name="manifest.jsonl")``. ``write({"__key__": "s0",
     "tokens.npy": array, "txt": "caption", "cls": 3})`` appends a sample;
     ``close()`` finishes the last shard and writes the manifest (sizes, sample
-    counts, xxh3 checksums). Shards are deterministic and appear atomically;
+    counts, xxh3 checksums). An ``out_dir`` that already holds shards, ``.idx``
+    files or the manifest raises ConfigError (a read of the folder would take
+    them beside the new shards) unless ``overwrite=True``, which removes them
+    first. Shards are deterministic and appear atomically;
     leaving without close() (an exception in a ``with`` block) aborts: no
     partial shard and no manifest. One thread at a time.
     """
@@ -276,12 +279,12 @@ class ShardWriter:
     def __init__(self, out_dir: Union[str, os.PathLike], *, max_bytes: Union[int, str] = "512MiB",
                  max_samples: int = 0, pattern: Optional[str] = None, compression: str = "none",
                  zstd_level: int = 3, manifest_name: str = "manifest.jsonl",
-                 write_index: bool = False) -> None:
+                 write_index: bool = False, overwrite: bool = False) -> None:
         self.out_dir = os.fspath(out_dir)
         self._manifest_name = manifest_name
         self._native = _core.ShardWriter(self.out_dir, pattern or "", parse_size(max_bytes),
                                          max_samples, compression, zstd_level, manifest_name,
-                                         write_index)
+                                         write_index, overwrite)
         self._count = 0
 
     def write(self, sample: Mapping[str, Any]) -> None:

@@ -23,7 +23,7 @@ class PyShardWriter {
  public:
   PyShardWriter(const std::string& out_dir, const std::string& pattern, uint64_t max_bytes,
                 uint64_t max_samples, const std::string& compression, int zstd_level,
-                const std::string& manifest_name, bool write_index) {
+                const std::string& manifest_name, bool write_index, bool overwrite) {
     ShardWriterOptions o;
     o.pattern = pattern;
     o.max_bytes = max_bytes;
@@ -36,6 +36,7 @@ class PyShardWriter {
     o.zstd_level = zstd_level;
     o.manifest_name = manifest_name;
     o.write_index = write_index;
+    o.overwrite = overwrite;
     std::optional<Result<std::unique_ptr<ShardWriter>>> r;
     {
       py::gil_scoped_release release;
@@ -117,10 +118,10 @@ class PyShardWriter {
 void RegisterShardWriter(py::module_& m) {
   py::class_<PyShardWriter>(m, "ShardWriter", "Native shard writer; use shardstream.ShardWriter.")
       .def(py::init<const std::string&, const std::string&, uint64_t, uint64_t, const std::string&,
-                    int, const std::string&, bool>(),
+                    int, const std::string&, bool, bool>(),
            py::arg("out_dir"), py::arg("pattern"), py::arg("max_bytes"), py::arg("max_samples"),
            py::arg("compression"), py::arg("zstd_level"), py::arg("manifest_name"),
-           py::arg("write_index"))
+           py::arg("write_index"), py::arg("overwrite") = false)
       .def("write", &PyShardWriter::Write, py::arg("key"), py::arg("fields"))
       .def("close", &PyShardWriter::Close)
       .def("abort", &PyShardWriter::Abort)

@@ -1,5 +1,7 @@
 #include "shardstream/dataset_inputs.h"
 
+#include <glob.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -15,16 +17,9 @@
 namespace shardstream {
 namespace {
 
-std::string LowerPath(std::string_view url) {
-  std::string path(url.substr(0, url.find('?')));
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  for (char& c : path) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return path;
-}
+// The manifest the writers (ShardWriter, pack, convert) leave beside their shards.
+constexpr const char* kWrittenManifestName = "manifest.jsonl";
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 Source& SourceOf(const ResolveOptions& o) { return o.source ? *o.source : *DefaultSource(); }
 
@@ -47,10 +42,15 @@ bool MayHaveIndex(const std::string& url) {
 }
 
 // The shards of a directory (or an object store prefix), in name order.
+// A manifest.jsonl beside them (what the writers leave) must list every one:
+// shards left from an earlier write would otherwise be read beside the new
+// ones, duplicating data without a word.
 Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const ResolveOptions& o) {
   SHARDSTREAM_ASSIGN_OR_RETURN(std::vector<FileInfo> files, SourceOf(o).List(dir));
   std::vector<ShardEntry> out;
+  std::string manifest;
   for (const FileInfo& f : files) {
+    if (!f.is_dir && UrlBasename(f.url) == kWrittenManifestName) manifest = f.url;
     if (f.is_dir || !IsShardUrl(f.url)) continue;
     // The size stays unknown (the index gives it): a listed symlink's size
     // is its own, not its target's.
@@ -58,6 +58,25 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
   }
   std::sort(out.begin(), out.end(),
             [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
+  if (!manifest.empty() && !out.empty()) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadManifest(manifest, o.source));
+    std::unordered_set<std::string> listed;
+    for (const ShardEntry& e : m.shards) listed.insert(UrlBasename(e.resolved.empty() ? e.url : e.resolved));
+    std::vector<std::string> extra;
+    for (const ShardEntry& e : out)
+      if (!listed.count(UrlBasename(e.resolved))) extra.push_back(UrlBasename(e.resolved));
+    if (!extra.empty()) {
+      std::string names;
+      for (size_t i = 0; i < extra.size() && i < 3; ++i) names += (i ? ", " : "") + extra[i];
+      if (extra.size() > 3) names += ", ...";
+      return Status(StatusCode::kConfig,
+                    "data set: directory " + RedactUrl(dir) + " holds " + std::to_string(extra.size()) +
+                        " shard(s) that its " + kWrittenManifestName + " does not list (" + names +
+                        "), left from an earlier write? Read the manifest (" +
+                        RedactUrl(manifest) + ") to take only what it lists, or remove them",
+                    RedactUrl(dir));
+    }
+  }
   return out;
 }
 
@@ -69,7 +88,37 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
     out->insert(out->end(), m.shards.begin(), m.shards.end());
     return Status::OK();
   }
-  if (IsShardUrl(input) || UrlScheme(input) == "pipe") {
+  const std::string local = LocalPath(input);
+  if (!local.empty() && local.find_first_of("*?[") != std::string::npos) {
+    // A glob, as a shell would expand it (sorted), for local paths.
+    glob_t g{};
+    const int rc = ::glob(local.c_str(), 0, nullptr, &g);
+    std::vector<std::string> matched;
+    if (rc == 0)
+      for (size_t i = 0; i < g.gl_pathc; ++i)
+        if (IsShardUrl(g.gl_pathv[i])) matched.emplace_back(g.gl_pathv[i]);
+    ::globfree(&g);
+    if (matched.empty())
+      return Status(StatusCode::kNotFound,
+                    "data set: no shard matches the glob " + input +
+                        " (for a pattern of names that need not exist yet, or remote shards, use "
+                        "braces: shard-{000000..000099}.tar; or pass a list or the folder)",
+                    input);
+    for (const std::string& m : matched) out->push_back(EntryFor(m));
+    return Status::OK();
+  }
+  const std::string scheme = UrlScheme(input);
+  if (local.empty() && input.find('*') != std::string::npos &&
+      (scheme == "s3" || scheme == "http" || scheme == "https")) {
+    // Remote globs are not expanded: say so rather than "not found".
+    return Status(StatusCode::kConfig,
+                  "data set: " + RedactUrl(input) +
+                      " looks like a glob, which is expanded for local paths only; for remote "
+                      "shards use braces (shard-{000000..000099}.tar), a list, a manifest or "
+                      "the prefix",
+                  RedactUrl(input));
+  }
+  if (IsShardUrl(input) || scheme == "pipe") {
     out->push_back(EntryFor(input));
     return Status::OK();
   }
@@ -156,8 +205,10 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
   for (auto& t : pool) t.join();
   SHARDSTREAM_RETURN_IF_ERROR(first_error);
   if (built > 0)
-    internal::Log().info("data set: counted the samples of {} shards without an index and wrote "
-                         "their <shard>.idx sidecars (a manifest avoids this: shardstream manifest)",
+    // Said at warning level: files appear in the user's data folder.
+    internal::Log().warn("data set: counted the samples of {} shards without an index and wrote "
+                         "their <shard>.idx sidecars beside them (a manifest avoids this: "
+                         "shardstream manifest DIR --out DIR/manifest.jsonl)",
                          built.load());
   if (unknown > 0 && o.build_indexes)
     internal::Log().warn("data set: {} shards (remote, pipe: or presigned) have no index, so their sample counts are "
@@ -168,18 +219,6 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
 }
 
 }  // namespace
-
-bool IsManifestUrl(std::string_view url) {
-  const std::string p = LowerPath(url);
-  return EndsWith(p, ".jsonl") || EndsWith(p, ".ndjson") || EndsWith(p, ".csv") ||
-         EndsWith(p, ".json");
-}
-
-bool IsShardUrl(std::string_view url) {
-  const std::string p = LowerPath(url);
-  return EndsWith(p, ".tar") || EndsWith(p, ".tar.zst") || EndsWith(p, ".tar.zstd") ||
-         EndsWith(p, ".tar.gz") || EndsWith(p, ".tgz");
-}
 
 Result<Manifest> ResolveDataset(const std::vector<std::string>& inputs, const ResolveOptions& o) {
   if (inputs.empty())

@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "shardstream/checksum.h"
@@ -289,6 +290,84 @@ class ShardWriterImpl final : public ShardWriter {
 
 }  // namespace
 
+namespace {
+
+// Whether `name` is one the pattern makes ("shard-%06d.tar": shard-000123.tar):
+// the literal text around the one conversion, digits in between.
+bool MadeByPattern(const std::string& pattern, const std::string& name) {
+  std::string prefix, suffix;
+  bool in_suffix = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    std::string& out = in_suffix ? suffix : prefix;
+    if (pattern[i] != '%') {
+      out += pattern[i];
+    } else if (i + 1 < pattern.size() && pattern[i + 1] == '%') {
+      out += '%';
+      ++i;
+    } else {
+      while (i < pattern.size() && pattern[i] != 'd') ++i;  // flags and width
+      in_suffix = true;
+    }
+  }
+  if (name.size() <= prefix.size() + suffix.size()) return false;
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+  for (size_t i = prefix.size(); i < name.size() - suffix.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+  return true;
+}
+
+// Shards of this writer's pattern, their sample indexes and its manifest
+// already in out_dir: a read of the folder would take old shards beside the
+// new ones (duplicated data), so they are refused, or removed with
+// `overwrite`. Shards of other patterns (other writers of the same folder)
+// are left alone.
+Status ClearOldData(Source* source, const std::string& out_dir, const ShardWriterOptions& o) {
+  auto listed = source->List(out_dir);
+  if (!listed.ok()) {
+    // Sources that cannot list (plain http) cannot be checked.
+    return listed.status().code() == StatusCode::kConfig ? Status::OK() : listed.status();
+  }
+  std::vector<std::string> old;
+  for (const FileInfo& f : *listed) {
+    if (f.is_dir) continue;
+    std::string name = UrlBasename(f.url);
+    const bool index = name.size() > 4 && name.compare(name.size() - 4, 4, ".idx") == 0;
+    if (MadeByPattern(o.pattern, index ? name.substr(0, name.size() - 4) : name) ||
+        (!o.manifest_name.empty() && name == o.manifest_name))
+      old.push_back(f.url);
+  }
+  if (old.empty()) return Status::OK();
+  if (!o.overwrite) {
+    std::string names;
+    for (size_t i = 0; i < old.size() && i < 3; ++i)
+      names += (i ? ", " : "") + UrlBasename(old[i]);
+    if (old.size() > 3) names += ", ...";
+    return Status(StatusCode::kConfig,
+                  "shard writer: " + RedactUrl(out_dir) + " already holds " +
+                      std::to_string(old.size()) + " shard, index or manifest file(s) of this "
+                      "writer's names (" + names +
+                      "), which a read of the folder would take beside the new shards; write to "
+                      "an empty directory, or pass overwrite to remove them first "
+                      "(ShardWriterOptions::overwrite, ShardWriter(..., overwrite=True), "
+                      "pack --overwrite)",
+                  RedactUrl(out_dir));
+  }
+  // The manifest first: a folder never shows a manifest naming shards gone.
+  std::stable_partition(old.begin(), old.end(), [&](const std::string& u) {
+    return UrlBasename(u) == o.manifest_name;
+  });
+  for (const std::string& u : old) {
+    Status s = source->Remove(u);
+    if (!s.ok() && s.code() != StatusCode::kNotFound)
+      return s.WithContext("shard writer: removing " + RedactUrl(u) + " (overwrite)");
+  }
+  Status sync = source->SyncDir(out_dir);  // object stores: kConfig, nothing to do
+  return sync.code() == StatusCode::kConfig ? Status::OK() : sync;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ShardWriter>> ShardWriter::Create(const std::string& out_dir,
                                                          const ShardWriterOptions& options) {
   ShardWriterOptions opts = options;
@@ -302,6 +381,7 @@ Result<std::unique_ptr<ShardWriter>> ShardWriter::Create(const std::string& out_
   if (opts.max_bytes == 0) return Status::Config("ShardWriterOptions.max_bytes must be > 0");
   Source* source = opts.source ? opts.source : DefaultSource().get();
   SHARDSTREAM_RETURN_IF_ERROR(source->CreateDir(out_dir));
+  SHARDSTREAM_RETURN_IF_ERROR(ClearOldData(source, out_dir, opts));
   return std::unique_ptr<ShardWriter>(new ShardWriterImpl(out_dir, std::move(opts), source));
 }
 

@@ -22,7 +22,7 @@ struct PackArgs {
   std::string src, out, shard_size = "512MiB", compress = "none", pattern;
   uint64_t max_samples = 0;
   int level = 3;
-  bool index = false, json = false;
+  bool index = false, json = false, overwrite = false;
   bool image_folder = false;  // SRC_DIR/<class>/<image>: .jpg etc. + .cls
 };
 
@@ -47,6 +47,7 @@ int RunPack(const PackArgs& a) {
   o.pattern = a.pattern;
   o.zstd_level = a.level;
   o.write_index = a.index;
+  o.overwrite = a.overwrite;
   if (a.compress == "zstd") {
     o.compression = ShardCompression::kZstd;
   } else if (a.compress != "none") {
@@ -226,6 +227,8 @@ SHARDSTREAM_COMMAND(pack, [](CLI::App& app) {
   sub->add_option("--pattern", args->pattern,
                   "Shard name pattern with one %d (default shard-%06d.tar[.zst])");
   sub->add_flag("--index", args->index, "Also write <shard>.idx sample indexes");
+  sub->add_flag("--overwrite", args->overwrite,
+                "Remove the shards, indexes and manifest OUT_DIR already holds (refused without)");
   sub->add_flag("--image-folder", args->image_folder,
                 "SRC_DIR is an ImageFolder tree (<class>/<image>): each image becomes a sample "
                 "with its image field and a .cls label (classes numbered in name order, listed "

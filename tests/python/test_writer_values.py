@@ -253,3 +253,22 @@ print("ok")
                          timeout=120, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_a_folder_of_shards_is_refused_or_overwritten_never_read_twice(tmp_path):
+    def write(n, **kw):
+        with shardstream.ShardWriter(tmp_path, max_samples=3, **kw) as w:
+            for i in range(n):
+                w.write({"__key__": "s%03d" % i, "cls": i})
+
+    write(10)  # 4 shards
+    with pytest.raises(shardstream.ConfigError, match="already holds .*overwrite"):
+        write(4)
+    write(4, overwrite=True)  # 2 shards; the other 2 old ones are gone
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["shard-000000.tar", "shard-000001.tar"]
+    with shardstream.Loader(str(tmp_path), fields=["cls"], batch_size=1) as loader:
+        assert sorted(int(c) for b in loader for c in b["cls"]) == [0, 1, 2, 3]
+    # A shard the manifest beside it does not list is refused by a folder read.
+    (tmp_path / "zz-old.tar").write_bytes((tmp_path / "shard-000000.tar").read_bytes())
+    with pytest.raises(shardstream.ConfigError, match="zz-old.tar"):
+        shardstream.Loader(str(tmp_path), fields=["cls"], batch_size=1)
