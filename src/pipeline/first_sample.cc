@@ -1,13 +1,20 @@
 #include "pipeline/first_sample.h"
 
+#include <map>
 #include <memory>
 #include <string>
 
+#include "common/log.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
+
+namespace {
+// Samples of the first shard whose fields are looked at.
+constexpr int kSampledForFields = 64;
+}  // namespace
 
 Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
                                                    const Manifest& manifest) {
@@ -20,6 +27,7 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
   // The first shard that holds a sample (empty shards are passed over).
   Sample s;
   bool got = false;
+  std::unique_ptr<TarReader> first_reader;
   for (size_t i = 0; i < manifest.shards.size() && !got; ++i) {
     const ShardEntry& e = manifest.shards[i];
     if (e.nsamples == 0) continue;
@@ -33,6 +41,7 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
                                    TarReader::Open(e.resolved.empty() ? e.url : e.resolved, t));
     }
     SHARDSTREAM_ASSIGN_OR_RETURN(got, reader->Next(&s));
+    if (got) first_reader = std::move(reader);
   }
   if (!got)
     return Status::Config("loader: no fields given, and no shard of the data set holds a sample "
@@ -46,6 +55,29 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
   if (fields.empty())
     return Status::Config("loader: no fields given, and the first sample ('" + s.key + "' in " +
                           s.url + ") has none");
+  // The next samples of that shard: a field some of them lack is optional
+  // (batches carry "<field>.present"), so a later sample without it is not
+  // an error; a field the first sample lacks cannot be typed from it and is
+  // left out, with a warning (name it in fields= to have it).
+  const std::string first_key = s.key;
+  std::map<std::string, int> later;  // fields the first sample lacks: samples with them
+  int sampled = 1;
+  for (; sampled < kSampledForFields; ++sampled) {
+    auto more = first_reader->Next(&s);
+    if (!more.ok() || !*more) break;  // an error here is the epoch's to report
+    for (FieldSpec& spec : fields)
+      if (s.Find(spec.name) == nullptr) spec.optional = true;
+    for (const Field& f : s.fields) {
+      bool known = false;
+      for (const FieldSpec& spec : fields) known = known || spec.name == f.name;
+      if (!known) later[f.name]++;
+    }
+  }
+  for (const auto& [name, n] : later)
+    internal::Log().warn("loader: no fields given; field '{}' is in {} of the first {} samples but not "
+                         "in the first ('{}'), so it is not batched: name it in fields= (optional) "
+                         "to have it",
+                         name, n, sampled, first_key);
   return fields;
 }
 

@@ -1,6 +1,8 @@
 // The fields a Loader batches when the caller names none: every field of the
 // data set's first sample (first shard in manifest order, first sample), each
-// decoded by its extension, as WebDataset's .decode() does. Reading one
+// decoded by its extension, as WebDataset's .decode() does; optional where
+// one of the shard's first 64 samples lacks it (a field only later samples
+// have is left out, with a warning). Reading one
 // sample through the loader's Source (or its cache) makes the choice the same
 // on every rank, worker and epoch.
 #ifndef SHARDSTREAM_PIPELINE_FIRST_SAMPLE_H_

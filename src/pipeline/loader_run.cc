@@ -281,6 +281,7 @@ Status LoaderRun::Process(LaneItem* item) {
   row.url = s.url;
   row.offset = s.offset;
   Status st;
+  bool missing_field = false;
   if (packer_) {
     if (item->decode_status.ok()) {
       int64_t skip = 0;
@@ -324,12 +325,18 @@ Status LoaderRun::Process(LaneItem* item) {
       }
     }
     if (st.ok() && !image_fields_.empty()) st = item->decode_status;  // an image that would not decode
-    if (st.ok()) st = batcher_->Add(row);
+    if (st.ok()) {
+      st = batcher_->Add(row);
+      // A sample without a field that is not optional (kConfig: the data is
+      // not corrupt) is skipped under the skip policies too.
+      missing_field = st.code() == StatusCode::kConfig;
+    }
   }
   ReleaseChunks(item);
   // A bad sample under a skip policy is dropped and counted; the batch in
   // progress is untouched (decoding and checks come before any write).
-  if (!st.ok() && st.code() == StatusCode::kCorrupt && opt_.error_policy != ErrorPolicy::kRaise) {
+  if (!st.ok() && (st.code() == StatusCode::kCorrupt || missing_field) &&
+      opt_.error_policy != ErrorPolicy::kRaise) {
     if (counters_->decode_skips.fetch_add(1) < 10) Log().warn("skipping sample: {}", st.ToString());
     return Status::OK();
   }

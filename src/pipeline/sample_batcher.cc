@@ -128,7 +128,16 @@ Status SampleBatcher::Add(const RowInput& row) {
     const FieldRef& f = row.fields[i];
     FieldContext ctx{row.key, spec.name, row.url, f.present ? f.offset : row.offset};
     if (!f.present) {
-      if (!spec.optional) return FieldError(ctx, 0, "sample has no field '" + spec.name + "'");
+      if (!spec.optional) {
+        // Not corrupt data: a field that some samples lack (kConfig).
+        Status e = FieldError(ctx, 0, "the sample has no field '" + spec.name +
+                                          "'; if samples may lack it, mark it optional: "
+                                          "{\"name\": \"" + spec.name +
+                                          "\", \"optional\": True} in fields= (Python), "
+                                          "FieldSpec::optional (C++); its batches then carry '" +
+                                          spec.output_name() + ".present'");
+        return Status(StatusCode::kConfig, e.message(), e.url(), e.offset());
+      }
       if (!slots_.ready()) {
         SHARDSTREAM_ASSIGN_OR_RETURN(decoded_[i], Absent(spec));
       } else {

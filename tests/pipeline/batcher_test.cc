@@ -85,7 +85,10 @@ TEST(SampleBatcherTest, ShapeChangeIsCorruptWithContext) {
   EXPECT_EQ(s.offset(), 4096);
   EXPECT_NE(s.message().find("'b'"), std::string::npos) << s;
   FieldRef none[1] = {{{}, 0, false}};
-  EXPECT_EQ(b.Add(RowInput{{0, 2}, "c", "s.tar", 0, none}).code(), StatusCode::kCorrupt);
+  // A sample without the field is not corrupt: kConfig, naming the fix.
+  Status missing = b.Add(RowInput{{0, 2}, "c", "s.tar", 0, none});
+  EXPECT_EQ(missing.code(), StatusCode::kConfig);
+  EXPECT_NE(missing.message().find("mark it optional"), std::string::npos) << missing;
 }
 
 // Rebuilds each document's tokens from packed batches via doc_ids/positions.

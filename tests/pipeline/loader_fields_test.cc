@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "common/log_capture.h"
 #include "shardstream/loader.h"
 #include "shardstream/shard_writer.h"
 #include "support/loader_fixture.h"
@@ -144,6 +145,72 @@ TEST(LoaderFieldsTest, OptionalFieldsCarryAPresenceMask) {
   EXPECT_EQ(seen, 30);
   EXPECT_EQ(with_b, 10);
   EXPECT_EQ(with_c, 15);
+}
+
+TEST(LoaderFieldsTest, AFieldMissingFromALaterSampleIsAConfigErrorThatNamesOptional) {
+  TempDir dir;
+  const std::string manifest = WriteSparse(dir.path(), 30);  // c.bin in even samples only
+  LoaderOptions o;
+  o.manifest = manifest;
+  o.batch_size = 5;
+  o.shuffle_buffer = 0;
+  FieldSpec c{"c.bin"};
+  c.decode = FieldDecode::kRaw;
+  o.fields = {FieldSpec{"a.cls"}, c};
+  auto l = *Loader::Create(o);
+  Status err;
+  while (err.ok()) {
+    auto b = l->next();
+    if (!b.ok()) err = b.status();
+    else ASSERT_FALSE(b->empty()) << "the epoch ended without the error";
+  }
+  EXPECT_EQ(err.code(), StatusCode::kConfig) << err;  // not corrupt data
+  EXPECT_NE(err.message().find("no field 'c.bin'"), std::string::npos) << err;
+  EXPECT_NE(err.message().find("mark it optional"), std::string::npos) << err;
+  EXPECT_NE(err.message().find("\"optional\": True"), std::string::npos) << err;
+  EXPECT_NE(err.message().find("sample 's10"), std::string::npos) << err;  // the sample
+  // Under skip_sample the samples without it are skipped and counted.
+  o.error_policy = ErrorPolicy::kSkipSample;
+  auto skipping = *Loader::Create(o);
+  int64_t rows = 0;
+  while (true) {
+    auto b = skipping->next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    if (b->empty()) break;
+    rows += b->rows();
+  }
+  EXPECT_EQ(rows, 15);
+  EXPECT_EQ(skipping->stats().skipped_samples, 15u);
+}
+
+TEST(LoaderFieldsTest, NoFieldsLooksAtManySamplesForFieldsThatComeAndGo) {
+  TempDir dir;
+  // a.cls always; b.txt not in the first sample; c.bin in the first, not in all.
+  const std::string manifest = WriteSparse(dir.path(), 30);
+  LoaderOptions o;
+  o.manifest = manifest;
+  o.batch_size = 5;
+  o.shuffle_buffer = 0;
+  internal::ScopedLogCapture log;
+  auto l = Loader::Create(o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  int64_t rows = 0, with_c = 0;
+  while (true) {
+    auto b = (*l)->next();
+    ASSERT_TRUE(b.ok()) << b.status();  // samples without c.bin are no error
+    if (b->empty()) break;
+    EXPECT_EQ(TensorNames(*b), (std::set<std::string>{"a.cls", "c.bin", "c.bin.present"}));
+    TensorView cp = b->tensor("c.bin.present");
+    for (int64_t r = 0; r < b->rows(); ++r) with_c += static_cast<const uint8_t*>(cp.data)[r] != 0;
+    rows += b->rows();
+  }
+  EXPECT_EQ(rows, 30);
+  EXPECT_EQ(with_c, 15);
+  // The field only later samples have is named, with what to do.
+  const std::string text = log.Text();
+  EXPECT_NE(text.find("field 'b.txt' is in 2 of the first 7 samples but not in the first"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("name it in fields="), std::string::npos) << text;
 }
 
 TEST(LoaderFieldsTest, OptionalNpyMissingFromTheFirstSampleNamesTheFix) {
