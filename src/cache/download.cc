@@ -466,8 +466,12 @@ void ShardCache::Impl::RunDownload(Download& d) {
       continue;
     }
     if (mismatch) {
+      // The same bytes every time: the manifest, not the network, is wrong.
       failed = Status(StatusCode::kChecksum,
-                      failed.message() + " after " + std::to_string(attempt) + " attempt(s)",
+                      failed.message() + " after " + std::to_string(attempt) +
+                          " attempt(s); the manifest's entry does not match the object (a stale "
+                          "manifest, or a shard rewritten): check with `shardstream verify "
+                          "MANIFEST` and rebuild the manifest (`shardstream manifest`)",
                       redacted, failed.offset());
     }
     return FinishDownload(d, failed.WithContext("downloading " + redacted, redacted), false);

@@ -185,7 +185,21 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
       return opened.status();
     }
   } else {
-    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(r.ref.url, config_->tar));
+    // From the start: the object's size is checked against the manifest's
+    // (free: the stream knows it), so a stale manifest is an error here
+    // rather than a short or long read later.
+    Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
+    StreamOptions so;
+    if (r.ref.size >= 0) so.expected_size = static_cast<uint64_t>(r.ref.size);
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source->OpenInputStreamWith(r.ref.url, so));
+    if (so.expected_size && stream->size() && *stream->size() != *so.expected_size)
+      return Status(StatusCode::kChecksum,
+                    "shard " + RedactUrl(r.ref.url) + " has " + std::to_string(*stream->size()) +
+                        " bytes, its manifest entry says " + std::to_string(r.ref.size) +
+                        ": the manifest is stale or wrong; check the data set with `shardstream "
+                        "verify MANIFEST`, or rebuild the manifest (`shardstream manifest`)",
+                    RedactUrl(r.ref.url), 0);
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(std::move(stream), config_->tar));
   }
   for (int64_t i = 0; i < skip; ++i) {
     SHARDSTREAM_ASSIGN_OR_RETURN(bool more, reader_->Next(&scratch->sample));

@@ -3,8 +3,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "shardstream/loader.h"
 #include "support/alloc_counter.h"
@@ -73,6 +76,33 @@ TEST(LoaderFaultTest, MissingShardIsNotFoundAtNext) {
   }
   EXPECT_EQ(err.code(), StatusCode::kNotFound) << err;
   EXPECT_NE(err.ToString().find("shard-000002.tar"), std::string::npos) << err;
+}
+
+TEST(LoaderFaultTest, AWrongManifestSizeIsAnErrorNamingTheShardWithoutACache) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{3, 10});
+  // The manifest says shard 1 is 512 bytes longer than it is.
+  std::string text = testing::ReadFile(d.manifest), out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["url"] == "shard-000001.tar") j["size"] = j["size"].get<int64_t>() + 512;
+    out += j.dump() + "\n";
+  }
+  testing::WriteFile(d.manifest, out);
+  LoaderOptions o = FieldOptions(d.manifest);
+  o.shuffle_buffer = 0;
+  auto loader = *Loader::Create(o);
+  Status err;
+  for (int i = 0; i < 100 && err.ok(); ++i) {
+    auto b = loader->next();
+    if (!b.ok()) err = b.status();
+    else if (b->empty()) break;
+  }
+  EXPECT_EQ(err.code(), StatusCode::kChecksum) << err;
+  EXPECT_NE(err.ToString().find("shard-000001.tar"), std::string::npos) << err;
+  EXPECT_NE(err.ToString().find("its manifest entry says"), std::string::npos) << err;
+  EXPECT_NE(err.ToString().find("shardstream verify"), std::string::npos) << err;
 }
 
 TEST(LoaderFaultTest, UndecodableFieldNamesSampleAndShard) {
