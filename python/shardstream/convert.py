@@ -843,7 +843,10 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
         raise ConfigError(f"inputs: expected paths or an iterable of records, not "
                           f"{type(inputs).__name__}")
 
+    if parallel not in ("auto", "files", "documents"):
+        raise ConfigError(f"parallel {parallel!r}: expected 'auto', 'files' or 'documents'")
     out_dir = os.fspath(out_dir)
+    created = not os.path.exists(out_dir)  # removed again if the conversion fails
     os.makedirs(out_dir, exist_ok=True)
     old = _our_files(out_dir)
     has_manifest = os.path.exists(os.path.join(out_dir, MANIFEST_NAME))
@@ -855,8 +858,6 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
         os.remove(os.path.join(out_dir, MANIFEST_NAME))
     _remove(out_dir, old + [_MANIFEST_TMP])
 
-    if parallel not in ("auto", "files", "documents"):
-        raise ConfigError(f"parallel {parallel!r}: expected 'auto', 'files' or 'documents'")
     if files is None or parallel == "documents" or (parallel == "auto" and len(files) < processes):
         mode = "documents"  # read and write here, tokenize batches in the workers
         workers = processes
@@ -913,6 +914,11 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
         if pool is not None:
             _stop(pool)
         _remove(out_dir, _our_files(out_dir) + [_MANIFEST_TMP])
+        if created:
+            try:
+                os.rmdir(out_dir)  # only if empty: nothing of the user's goes
+            except OSError:
+                pass
         raise
 
     seconds = time.perf_counter() - t0

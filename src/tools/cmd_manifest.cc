@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -27,7 +28,30 @@ std::string RelativeTo(const std::string& dir, const std::string& url) {
   return url;
 }
 
-int RunManifest(const ManifestArgs& a) {
+// Shards as given; a folder (or a glob, brace pattern) stands for its shards.
+Result<std::vector<std::string>> ExpandShards(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  ResolveOptions ro;
+  ro.learn_counts = false;  // counted below, from each shard
+  for (const std::string& a : args) {
+    if (IsShardUrl(a)) {
+      out.push_back(a);
+      continue;
+    }
+    SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ResolveDataset({a}, ro));
+    for (const ShardEntry& e : m.shards) out.push_back(e.resolved.empty() ? e.url : e.resolved);
+  }
+  return out;
+}
+
+int RunManifest(const ManifestArgs& args) {
+  auto shards = ExpandShards(args.shards);
+  if (!shards.ok()) {
+    std::cerr << "manifest: " << shards.status() << "\n";
+    return 1;
+  }
+  ManifestArgs a = args;
+  a.shards = std::move(*shards);
   Manifest m;
   m.shards.resize(a.shards.size());
   std::vector<Status> errors(a.shards.size());
@@ -78,7 +102,7 @@ SHARDSTREAM_COMMAND(manifest, [](CLI::App& app) {
   auto args = std::make_shared<ManifestArgs>();
   auto* sub = app.add_subcommand(
       "manifest", "Write a manifest (url, size, nsamples, checksum) for existing shards");
-  sub->add_option("SHARD", args->shards, "Shards, in data set order")->required();
+  sub->add_option("SHARD", args->shards, "Shards, in data set order (a folder, glob or brace pattern stands for its shards)")->required();
   sub->add_option("--out", args->out,
                   "Manifest file to write (JSON Lines; urls relative to it); default stdout");
   sub->add_option("--threads", args->threads, "Shards read at once (0: one per core)");

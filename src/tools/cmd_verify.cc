@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardstream/manifest.h"
+#include "shardstream/source.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
 #include "tools/command.h"
@@ -55,7 +56,23 @@ Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
 }
 
 int RunVerify(const VerifyArgs& a) {
-  auto m = ReadManifest(a.manifest);
+  std::string manifest = a.manifest;
+  if (!IsManifestUrl(manifest)) {
+    // A folder: the manifest the writers leave in it, or what to do.
+    auto st = DefaultSource()->Stat(manifest);
+    if (st.ok() && st->is_dir) {
+      const std::string beside = JoinUrl(manifest, "manifest.jsonl");
+      if (!DefaultSource()->Stat(beside).ok()) {
+        std::cerr << "verify: " << manifest
+                  << " is a folder without a manifest.jsonl; verify checks shards against a "
+                     "manifest's sizes and checksums: write one with `shardstream manifest "
+                  << manifest << " --out " << beside << "`, then verify it\n";
+        return 1;
+      }
+      manifest = beside;
+    }
+  }
+  auto m = ReadManifest(manifest);
   if (!m.ok()) {
     std::cerr << "verify: " << m.status() << "\n";
     return 1;
@@ -100,7 +117,8 @@ SHARDSTREAM_COMMAND(verify, [](CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
   auto* sub = app.add_subcommand(
       "verify", "Check every shard of a manifest: size and checksum (exit 1 if any is bad)");
-  sub->add_option("MANIFEST", args->manifest, "manifest.jsonl (or .csv/.json)")->required();
+  sub->add_option("MANIFEST", args->manifest,
+                  "manifest.jsonl (or .csv/.json), or a folder holding manifest.jsonl")->required();
   sub->add_option("--threads", args->threads, "Shards checked at once (0: one per core)");
   sub->add_flag("--samples", args->samples, "Also read each shard and check its sample count");
   sub->add_flag("--json", args->json, "Print the result as JSON");

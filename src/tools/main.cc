@@ -1,6 +1,8 @@
 // Entry point of the `shardstream` command-line tool.
 #include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "shardstream/version.h"
 #include "tools/command.h"
@@ -16,6 +18,38 @@ CommandRegistration::CommandRegistration(const char* name, CommandSetup setup) {
 }
 namespace {
 int g_exit_code = 0;
+
+// Levenshtein distance, for "did you mean".
+size_t Distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+static std::string UnknownSubcommandHint(const std::string& word,
+                                         const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_d = 3;  // at most two edits away
+  for (const std::string& name : names) {
+    const size_t d = Distance(word, name);
+    if (d < best_d) {
+      best_d = d;
+      best = name;
+    }
+  }
+  return "shardstream: unknown subcommand '" + word + "'" +
+         (best.empty() ? "" : ", did you mean '" + best + "'?") +
+         " (shardstream --help lists them)";
 }
 void ExitWith(int code) { g_exit_code = code; }
 int ExitCode() { return g_exit_code; }
@@ -34,6 +68,15 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     // No subcommand: the overview, and the usage exit status.
     std::cout << app.help();
+    return 2;
+  }
+  const std::string first = argv[1];
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
+  if (!first.empty() && first[0] != '-' &&
+      std::find(names.begin(), names.end(), first) == names.end()) {
+    std::cerr << UnknownSubcommandHint(first, names) << "\n";
     return 2;
   }
   try {

@@ -441,9 +441,8 @@ def test_bad_input_names_file_and_line(tmp_path, processes):
         out = str(tmp_path / f"out{i}")
         with pytest.raises(cls, match=pattern):
             convert.text_to_shards(inputs, out, tokenize, processes=processes, **kw)
-        # nothing that looks like a data set is left behind
-        left = dir_files(out) if os.path.isdir(out) else []
-        assert left == [], (pattern, left)
+        # nothing is left behind, not even the folder it made
+        assert not os.path.exists(out), (pattern, os.listdir(out))
 
 
 def test_tokenizer_failure_and_arguments(tmp_path):
