@@ -690,9 +690,13 @@ Result<Batch> Loader::next() {
   Result<Batch> r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
   while (timed_out) {
     if (m.run->StarvedOfSlots()) {
-      return Status::Unavailable(
+      // A usage error, not a transient one: retrying cannot help.
+      return Status::Config(
           "loader: the caller holds every batch slot (" + std::to_string(m.opt.prefetch + 2) +
-          "); drop batches no longer needed, or raise LoaderOptions::prefetch");
+          " = prefetch + 2): batches are views into a pool of slots, so keeping every batch "
+          "(list(loader), a list of batches) runs out of them. Keep copies of what you keep "
+          "(tensor.clone() in PyTorch, np.array(x) in NumPy) and drop the batches, or raise "
+          "prefetch= (LoaderOptions::prefetch in C++)");
     }
     r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
   }

@@ -65,14 +65,14 @@ def test_sigint_in_blocked_next_raises_keyboard_interrupt(tmp_path):
     assert elapsed < 2, f"took {elapsed:.2f}s to react to SIGINT"
 
 
-def test_holding_every_slot_raises_unavailable_naming_the_cause(tmp_path):
+def test_holding_every_slot_is_a_usage_error_naming_the_fix(tmp_path):
     with shardstream.ShardWriter(str(tmp_path)) as w:
         for i in range(100):
             w.write({"__key__": f"k{i:04d}", "tokens.npy": np.full(256, i, np.int32)})
     lo = shardstream.Loader(str(tmp_path / "manifest.jsonl"), fields=["tokens.npy"], batch_size=2,
                             prefetch=1)
     kept = []
-    with pytest.raises(shardstream.UnavailableError, match="holds every batch slot"):
+    with pytest.raises(shardstream.ConfigError, match=r"holds every batch slot.*clone\(\).*prefetch="):
         for _ in range(10):
             kept.append(lo.next())
     assert len(kept) == 3  # prefetch + 2 batches (every slot) may be kept

@@ -45,7 +45,7 @@ std::vector<int64_t> DrainIds(Loader* loader, int64_t max_batches = -1);
 
 // Takes batches without releasing any until next() fails (at most
 // slots + 1 calls); expects that to be after exactly `slots` batches, with
-// the "holds every batch slot" error. Returns the batches held.
+// the "holds every batch slot" error (kConfig). Returns the batches held.
 std::vector<Batch> HoldEverySlot(Loader* loader, size_t slots);
 
 }  // namespace shardstream::testing
