@@ -180,8 +180,17 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
         t.source = o.source;
         index = BuildSampleIndex(url, t);
         if (!index.ok()) {
+          // Start-up, before any error policy applies: say how to get past it.
           std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = index.status();
+          if (first_error.ok())
+            first_error = index.status().WithContext(
+                "data set: counting the samples of " + RedactUrl(url) +
+                " (no manifest or .idx gives them) failed; a damaged shard stops this before "
+                "error_policy applies: write a manifest of the good shards (shardstream "
+                "manifest), or pass learn_sample_counts=False (LoaderOptions::"
+                "learn_sample_counts) to read without counts, where skip_shard and skip_sample "
+                "apply",
+                RedactUrl(url));
           continue;
         }
         ++built;
