@@ -37,7 +37,9 @@ OPTIONS: Tuple[Option, ...] = (
            "tokens", "tokens"),
     Option("batch_size", "int", 32, "Samples (or token rows) per batch", "batch_size",
            "batch_size"),
-    Option("shuffle", "bool", True, "False turns the sample shuffle off (shuffle_buffer 0)"),
+    Option("shuffle", "bool", True,
+           "False turns the sample shuffle off (shuffle_buffer 0); shards stay in the plan's "
+           "seeded order, read several at once: for manifest order use `mode=\"eval\"`"),
     Option("shuffle_buffer", "int", 1000,
            "Samples held for shuffling (alias shuffle_size); 0 or 1: none", "shuffle_buffer",
            "shuffle_buffer"),

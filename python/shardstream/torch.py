@@ -338,8 +338,9 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 "layout": "pack", "eod_token": 0}``.
             batch_size: samples per batch [32]; None: single samples (for a DataLoader that
                 batches them).
-            shuffle: the sample shuffle [True]; False turns the shuffle buffer off (shards are
-                still read in the plan's seeded order).
+            shuffle: the sample shuffle [True]; False turns the shuffle buffer off, but shards
+                are still in the plan's seeded order and several are read at once, so samples
+                do not come in file order: ``mode="eval"`` reads in manifest order.
             shuffle_buffer: samples in the shuffle buffer [None: 1000].
             shuffle_size: WebDataset's name for ``shuffle_buffer``.
             seed: the shuffle seed [0]; with the epoch it fixes the order.
