@@ -3,8 +3,8 @@
 store's ceiling and the peers' S3 clients.
 
 The store: nginx on loopback with `limit_rate` (a per-connection cap, as S3
-and GCS have: 25 and 100 MB/s here), behind tests/servers/fault_proxy.py
-adding --latency-ms (20) of first-byte latency to every answer, serving
+and GCS have: 25 and 100 MB/s here) that answers every request --latency-ms
+(20) late (auth_request to a server that waits that long), serving
 token shards (tar, one `tokens.npy` of 2,048 int32 per sample) listed in a
 manifest with sizes. The same objects are read as http://HOST/bench/KEY and,
 path-style with AWS_ENDPOINT_URL, as s3://bench/KEY (nginx ignores the
@@ -18,9 +18,11 @@ data in the same run, each in a fresh process (peak RSS, CPU seconds/GB):
     batch_size=256) with defaults (shuffle on), http:// and s3://, without and
     with cache_dir (a new, empty cache each run), and the transfer counters;
   * the same over http:// with part_size 0 (one GET per shard);
-  * s3torchconnector (the AWS CRT client) reading every object in turn with
+  * s3torchconnector (the AWS CRT client) reading every object with
     S3IterableDataset.from_objects and its default S3ClientConfig
-    (force_path_style for the endpoint);
+    (force_path_style for the endpoint): in turn in one process, and through a
+    torch DataLoader with a worker per core (enable_sharding), its README's
+    training setup;
   * boto3's download manager: download_fileobj of every object in turn with
     the default TransferConfig (8 MiB parts, 10 threads);
   * time to the first batch from a cold big shard, with and without cache_dir;
@@ -46,8 +48,6 @@ import numpy as np
 
 from remote_benchmark import free_port, wait_port
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROXY = os.path.join(HERE, "..", "tests", "servers", "fault_proxy.py")
 
 
 def make_shards(root, n, shard_mib, seq=2048, prefix="shard"):
@@ -72,17 +72,51 @@ def make_shards(root, n, shard_mib, seq=2048, prefix="shard"):
     return rows
 
 
-def start_nginx(work, root, rate):
+def start_delay_server(latency_ms):
+    """Answers every request with 204 after latency_ms: nginx asks it (auth_request) before
+    each answer, so every GET and HEAD gets that first-byte latency while nginx itself sends
+    the bytes."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):
+            pass
+
+        def do_GET(self):
+            time.sleep(latency_ms / 1000)
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 1024  # nginx asks for every part at once: no SYN dropped
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def start_nginx(work, root, rate, delay_port=None):
     port = free_port()
     conf = os.path.join(work, "nginx-%s.conf" % rate)
+    delay = ""
+    if delay_port:
+        delay = ("    location / { auth_request /_delay; }\n"
+                 "    location = /_delay { internal; proxy_pass http://127.0.0.1:%d;\n"
+                 "      proxy_pass_request_body off; proxy_set_header Content-Length \"\"; }\n"
+                 % delay_port)
     with open(conf, "w") as f:
         f.write("daemon off;\nmaster_process off;\nworker_processes 1;\npid %s/nginx-%s.pid;\n"
                 "error_log %s/error.log warn;\nevents { worker_connections 1024; }\n"
                 "http {\n  access_log off;\n  sendfile on;\n  default_type application/octet-stream;\n"
                 "  client_body_temp_path %s/body;\n  proxy_temp_path %s/proxy;\n"
                 "  fastcgi_temp_path %s/fcgi;\n  uwsgi_temp_path %s/uwsgi;\n  scgi_temp_path %s/scgi;\n"
-                "  server {\n    listen 127.0.0.1:%d;\n    root %s;\n    limit_rate %s;\n  }\n}\n"
-                % (work, rate, work, work, work, work, work, work, port, root, rate))
+                "  server {\n    listen 127.0.0.1:%d;\n    root %s;\n    limit_rate %s;\n%s  }\n}\n"
+                % (work, rate, work, work, work, work, work, work, port, root, rate, delay))
     proc = subprocess.Popen(["/usr/sbin/nginx", "-p", work, "-e", work + "/error.log", "-c", conf])
     wait_port(port)
     return proc, port
@@ -99,13 +133,6 @@ def ceiling(base, rows):
     return sum(r["size"] for r in rows) / (time.perf_counter() - t0) / 1e6
 
 
-def start_proxy(target_port, latency_ms):
-    proc = subprocess.Popen([sys.executable, PROXY, "--target", str(target_port),
-                             "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline().split()
-    return proc, int(line[1])
-
-
 CHILD = r"""
 import json, os, resource, sys, tempfile, time, shutil
 cfg = json.loads(sys.argv[1])
@@ -115,20 +142,31 @@ first = None
 samples = 0
 nbytes = 0
 ts = None
-if mode in ("s3torch", "boto3"):
+if mode in ("s3torch", "s3torch_dataloader", "boto3"):
     import torch  # the same imports as the shardstream runs
     t0 = time.perf_counter(); c0 = time.process_time()
-    if mode == "s3torch":
+    if mode in ("s3torch", "s3torch_dataloader"):
         from s3torchconnector import S3IterableDataset, S3ClientConfig
-        ds = S3IterableDataset.from_objects(cfg["uris"], region="us-east-1",
-                                            endpoint=os.environ["AWS_ENDPOINT_URL"],
-                                            s3client_config=S3ClientConfig(force_path_style=True))
-        for reader in ds:
+
+        def size_of(reader):  # reads the whole object, as a training transform would
+            n = 0
             while True:
                 b = reader.read(8 << 20)
                 if not b:
-                    break
-                nbytes += len(b)
+                    return n
+                n += len(b)
+
+        ds = S3IterableDataset.from_objects(cfg["uris"], region="us-east-1",
+                                            endpoint=os.environ["AWS_ENDPOINT_URL"],
+                                            s3client_config=S3ClientConfig(force_path_style=True),
+                                            transform=size_of,
+                                            enable_sharding=mode == "s3torch_dataloader")
+        if mode == "s3torch":
+            nbytes = sum(ds)
+        else:  # its README's training setup: a DataLoader, a worker per core
+            loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=os.cpu_count())
+            nbytes = sum(int(n) for n in loader)
+            del loader  # the workers exit: their CPU time and RSS are counted below
     else:
         import boto3
         from botocore.config import Config
@@ -164,11 +202,11 @@ else:
     if cache:
         shutil.rmtree(cache, ignore_errors=True)
 secs = time.perf_counter() - t0
-cpu = time.process_time() - c0
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # DataLoader workers, once they exit
+cpu = time.process_time() - c0 + kids.ru_utime + kids.ru_stime
+rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, kids.ru_maxrss) / 1024
 print(json.dumps({"seconds": secs, "first_batch_s": first, "samples": samples, "cpu_s": cpu,
-                  "bytes": nbytes,
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "transfer": ts}))
+                  "bytes": nbytes, "rss_mib": rss, "transfer": ts}))
 """
 
 
@@ -176,7 +214,7 @@ def run_child(python, cfg, env, total_bytes):
     out = subprocess.run([python, "-c", CHILD, json.dumps(cfg)], check=True, capture_output=True,
                          text=True, env=env).stdout
     r = json.loads(out.strip().splitlines()[-1])
-    if cfg["mode"] in ("s3torch", "boto3") and r["bytes"] != total_bytes:
+    if cfg["mode"] in ("s3torch", "s3torch_dataloader", "boto3") and r["bytes"] != total_bytes:
         raise RuntimeError("%s read %d bytes of %d" % (cfg["mode"], r["bytes"], total_bytes))
     r["mb_per_s"] = total_bytes / r["seconds"] / 1e6
     r["cpu_s_per_gb"] = r["cpu_s"] / (total_bytes / 1e9)
@@ -214,7 +252,8 @@ def main():
     ap.add_argument("--rates", default="25m,100m")
     ap.add_argument("--latency-ms", type=float, default=20)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--peers", default="s3torch,boto3", help="comma-separated; empty: none")
+    ap.add_argument("--peers", default="s3torch,s3torch_dataloader,boto3",
+                    help="comma-separated; empty: none")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ss-objstore-")
@@ -229,8 +268,8 @@ def main():
               "big_mib": args.big_mib, "latency_ms": args.latency_ms, "runs": args.runs,
               "rates": {}}
     for rate in args.rates.split(","):
-        nginx, nginx_port = start_nginx(work, root, rate)
-        proxy, port = start_proxy(nginx_port, args.latency_ms)
+        delay = start_delay_server(args.latency_ms) if args.latency_ms > 0 else None
+        nginx, port = start_nginx(work, root, rate, delay.server_address[1] if delay else None)
         try:
             base = "http://127.0.0.1:%d" % port
             env = dict(os.environ, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
@@ -279,9 +318,10 @@ def main():
                 entry[set_name] = e
             result["rates"][rate] = entry
         finally:
-            for p in (proxy, nginx):
-                p.terminate()
-                p.wait()
+            nginx.terminate()
+            nginx.wait()
+            if delay:
+                delay.shutdown()
     print(json.dumps(result))
 
 
