@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include "shardstream/http_source.h"
 #include "shardstream/loader.h"
@@ -197,6 +198,10 @@ TEST_F(LoaderRemoteTest, AStoreThatStallsEverythingFailsInBoundedTimeNamingTheUr
     EXPECT_GE(took, 0.4) << err;
     EXPECT_LT(took, 5.2) << err;
   }
+  // The streams' stalled GETs end on their own, soon.
+  for (int i = 0; i < 500 && GetTransferStats().connections > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(GetTransferStats().connections, 0);
 }
 
 }  // namespace
