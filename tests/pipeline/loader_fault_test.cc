@@ -93,12 +93,7 @@ TEST(LoaderFaultTest, AWrongManifestSizeIsAnErrorNamingTheShardWithoutACache) {
   LoaderOptions o = FieldOptions(d.manifest);
   o.shuffle_buffer = 0;
   auto loader = *Loader::Create(o);
-  Status err;
-  for (int i = 0; i < 100 && err.ok(); ++i) {
-    auto b = loader->next();
-    if (!b.ok()) err = b.status();
-    else if (b->empty()) break;
-  }
+  Status err = testing::FirstError(loader.get(), 100);
   EXPECT_EQ(err.code(), StatusCode::kChecksum) << err;
   EXPECT_NE(err.ToString().find("shard-000001.tar"), std::string::npos) << err;
   EXPECT_NE(err.ToString().find("its manifest entry says"), std::string::npos) << err;

@@ -77,6 +77,15 @@ LoaderOptions FieldOptions(const std::string& manifest) {
   return o;
 }
 
+Status FirstError(Loader* loader, int64_t max_batches) {
+  for (int64_t i = 0; i < max_batches; ++i) {
+    auto b = loader->next();
+    if (!b.ok()) return b.status();
+    if (b->empty()) return Status::OK();
+  }
+  return Status::OK();
+}
+
 std::vector<Batch> HoldEverySlot(Loader* loader, size_t slots) {
   std::vector<Batch> held;
   Status err;

@@ -43,6 +43,10 @@ LoaderOptions FieldOptions(const std::string& manifest);
 // order (from the "x.npy" field). Fails the test on an error.
 std::vector<int64_t> DrainIds(Loader* loader, int64_t max_batches = -1);
 
+// The error that ends the loader's epoch, taking batches (at most
+// max_batches) until next() fails; OK if the epoch ends without one.
+Status FirstError(Loader* loader, int64_t max_batches = 100000);
+
 // Takes batches without releasing any until next() fails (at most
 // slots + 1 calls); expects that to be after exactly `slots` batches, with
 // the "holds every batch slot" error (kConfig). Returns the batches held.
