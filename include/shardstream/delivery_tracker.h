@@ -13,6 +13,7 @@
 #define SHARDSTREAM_DELIVERY_TRACKER_H_
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -46,6 +47,10 @@ class SHARDSTREAM_EXPORT DeliveryTracker {
   // Samples of the plan not yet marked.
   int64_t remaining() const { return total_ - delivered_; }
 
+  // Calls fn(shard, first, end) for each run of the plan's samples not yet
+  // marked, range by range (copies included). Cost O(ranges + samples beyond
+  // prefixes + calls).
+  void ForEachRemaining(const std::function<void(int64_t shard, int64_t first, int64_t end)>& fn) const;
   // The plan's base state plus everything marked here. Cost O(ranges +
   // samples beyond prefixes + base intervals).
   ResumeState State() const;

@@ -116,6 +116,10 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   // Mixed streams: samples returned since Create, per stream name.
   std::map<std::string, uint64_t> stream_samples;
   uint64_t skipped_samples = 0, skipped_shards = 0;
+  // Equal token batches (several consumers): documents, and their tokens,
+  // that the cut to the smallest consumer's batch count left out of this
+  // consumer's epochs since Create (a partly read document counts its rest).
+  uint64_t cut_samples = 0, cut_tokens = 0;
   // Token documents read straight into their batches (LoaderOptions::
   // direct_reads); the others went through read buffers.
   uint64_t direct_samples = 0;
@@ -186,6 +190,11 @@ class SHARDSTREAM_EXPORT Loader {
   // token batches: known from the documents' token counts (sample indexes);
   // after a restore, the batches left.
   int64_t batches_per_epoch() const;
+  // Batches the current epoch gives every worker of this rank together
+  // (num_workers consumers): what a DataLoader with num_workers processes
+  // yields on this rank. batches_per_epoch() with one worker; -1 when
+  // unknown (also after restoring one consumer's own state).
+  int64_t rank_batches_per_epoch() const;
 
   LoaderStats stats() const;
 

@@ -260,6 +260,18 @@ class Loader:
                             "counts)")
         return n
 
+    def rank_batches_per_epoch(self) -> int:
+        """Batches of the current epoch for every worker of this rank together
+        (``num_workers`` consumers, each ending in its own last batch): what a
+        DataLoader with that many worker processes yields on this rank.
+        TypeError when unknown, as ``len()``."""
+        n = self._native.rank_batches_per_epoch()
+        if n < 0:
+            raise TypeError("the number of batches is unknown (no sample counts in the manifest, "
+                            "or for token batches no sample indexes with the documents' token "
+                            "counts)")
+        return n
+
     @property
     def samples_per_epoch(self) -> int:
         """Samples this consumer gets per epoch, or -1 when unknown."""

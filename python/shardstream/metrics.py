@@ -10,6 +10,8 @@ _COUNTERS = {
     "bytes": "Tensor bytes in the returned batches",
     "skipped_samples": "Samples skipped by the error policy",
     "skipped_shards": "Shards skipped by the error policy",
+    "cut_samples": "Documents the equal-batches cut left out of this consumer's epochs",
+    "cut_tokens": "Tokens of the documents the equal-batches cut left out",
     "direct_samples": "Token documents read straight into their batches",
     "heap_spills": "Batches whose variable-length fields spilled to the heap",
     "copy_waits": "Batch slots reused only after the GPU finished copying them",

@@ -258,6 +258,20 @@ def _dataloader_auto_collation(frame: Any) -> Optional[bool]:
     return None if auto is None else bool(auto)
 
 
+def _dataloader_asking_len(frame: Any, dataset: Any) -> Optional[Tuple[int, Optional[int], bool]]:
+    """``(num_workers, batch_size, drop_last)`` of the DataLoader whose
+    ``__len__`` is ``frame`` and whose data set is ``dataset``; None when
+    ``frame`` is not such a call. torch asks ``len(dataset)`` without saying
+    how many worker processes will split the data set, and each worker's
+    share ends in its own last batch."""
+    if frame is None or frame.f_code.co_name != "__len__":
+        return None
+    loader = frame.f_locals.get("self")
+    if not isinstance(loader, torch.utils.data.DataLoader) or loader.dataset is not dataset:
+        return None
+    return int(loader.num_workers), loader.batch_size, bool(loader.drop_last)
+
+
 class ShardDataset(torch.utils.data.IterableDataset):
     """Batches (dicts of torch tensors) from a data set of tar shards.
 
@@ -442,10 +456,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
             world = self._world
         return rank, world, worker, workers
 
-    def _native(self, solo: bool = False) -> Loader:
+    def _native(self, solo: bool = False, workers: Optional[int] = None) -> Loader:
         # solo: a single-consumer loader, for a consumer that resumes its own
-        # share from its own state (see __iter__).
+        # share from its own state (see __iter__). workers: the main process
+        # counting for a DataLoader of that many workers (worker 0's loader).
         topo = (0, 1, 0, 1) if solo else self._current_topology()
+        if workers is not None and not solo:
+            topo = (topo[0], topo[1], 0, max(1, workers))
         if self._loader is not None and self._pid == os.getpid() and self._topo == topo:
             return self._loader
         if self._loader is not None and self._pid == os.getpid():
@@ -453,10 +470,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         # A loader inherited through fork is left alone (its threads live in
         # the parent); the native side never touches it again.
         rank, world, worker, workers = topo
-        node: Dict[str, Any] = {}
-        if self._node_local and not solo:
-            local = self._local_world or ranks_per_node(rank, world)
-            node = {"node_local": True, "local_world_size": local}
+        node = self._node_options(rank, world) if not solo else {}
         # Every rank and DataLoader worker of the node reads remote shards through its own
         # transfer engine: each takes its share of the node's budget.
         local_world = self._local_world or int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
@@ -466,6 +480,12 @@ class ShardDataset(torch.utils.data.IterableDataset):
                               epoch=self._epoch, **node, **self._kwargs)
         self._pid, self._topo = os.getpid(), topo
         return self._loader
+
+    def _node_options(self, rank: int, world: int) -> Dict[str, Any]:
+        if not self._node_local:
+            return {}
+        return {"node_local": True,
+                "local_world_size": self._local_world or ranks_per_node(rank, world)}
 
     # -- iteration -----------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -576,9 +596,11 @@ class ShardDataset(torch.utils.data.IterableDataset):
             batch = _call_batch_map(self._batch_map, batch, keys, urls)
         return batch
 
-    def _loader_for(self, pending: Optional[Dict[str, Any]], me: Tuple[int, int]) -> Loader:
+    def _loader_for(self, pending: Optional[Dict[str, Any]], me: Tuple[int, int],
+                    workers: Optional[int] = None) -> Loader:
         """The native loader, set to a fresh pass over the current epoch, or
-        restored from ``pending`` (a state that has not ended)."""
+        restored from ``pending`` (a state that has not ended). ``workers``:
+        the main process counting for a DataLoader of that many workers."""
         if pending is None:
             # A fresh pass: the epoch from its beginning, dropping what an
             # earlier pass (a peek, a loop left with break) had in flight.
@@ -586,13 +608,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
             loader.set_epoch(self._epoch)
             return loader
         if int(pending["version"]) == 1:
-            loader = self._native()
+            loader = self._native(workers=workers)
             loader.restore(pending["consumers"])
             return loader
         entry = _merge_entries(pending["consumers"])
         if entry["members"] == list(range(entry["of"])):
             # Every consumer's share: the rest is split over this topology.
-            loader = self._native()
+            loader = self._native(workers=workers)
         elif entry["members"] == [me[0]] and entry["of"] == me[1]:
             # Only this consumer's own share (a DataLoader worker under
             # StatefulDataLoader, or a rank's own dict): read exactly it.
@@ -619,20 +641,51 @@ class ShardDataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         """Batches (or samples, when batch_size is None) per epoch for this process.
 
-        Inside a DataLoader worker: that worker's share; after load_state_dict(),
-        what the resume reads. Token batches are counted from the documents'
-        token counts (sample indexes). Raises TypeError when the counts are
-        unknown (brace patterns without indexes, remote shards without indexes).
+        Exactly what arrives: inside a DataLoader worker, that worker's share;
+        in the main process, what every worker of the DataLoader that asks
+        (``len(dataloader)``) yields together, each worker's share ending in
+        its own last batch (called directly: for ``num_workers=0``); after
+        load_state_dict(), what the resume reads. Token batches are counted
+        from the documents' token counts (sample indexes). Raises TypeError
+        when the counts are unknown (brace patterns without indexes, remote
+        shards without indexes).
         """
         if self._active and self._loader is not None and self._pid == os.getpid():
             return len(self._loader)  # the epoch under way (perhaps a resumed share)
+        frame = sys._getframe(1)
+        try:
+            asked = _dataloader_asking_len(frame, self)
+        finally:
+            del frame
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if asked is not None and not in_worker and self.batch_size is None and asked[1]:
+            # The DataLoader batches the samples, each worker its own share,
+            # and divides what this returns by its batch_size: say what makes
+            # its count the batches that arrive.
+            workers, size, drop = asked
+            rank, world, _, _ = self._current_topology()
+            kw = dict(self._kwargs, drop_last=drop)
+            with Loader(self.urls, batch_size=size, rank=rank, world_size=world, worker=0,
+                        num_workers=max(1, workers), epoch=self._epoch,
+                        **self._node_options(rank, world), **kw) as counting:
+                n = counting.rank_batches_per_epoch()
+            return size * n if drop else max(0, size * (n - 1) + 1)
+        workers = asked[0] if asked is not None else None
+        if in_worker or not workers:
+            workers = None  # this process reads alone
         if self._pending is not None:
             # A loaded state: what its resume will read (the next iter() restores again).
             if self._pending.get("ended"):
                 return 0
-            rank, world, worker, workers = self._current_topology()
-            return len(self._loader_for(self._pending, (rank * workers + worker, world * workers)))
-        return len(self._native())
+            rank, world, worker, n = self._current_topology()
+            if workers is None:
+                return len(self._loader_for(self._pending, (rank * n + worker, world * n)))
+            loader = self._loader_for(self._pending, (rank * workers, world * workers),
+                                      workers=workers)
+            return _rank_len(loader)
+        if workers is None:
+            return len(self._native())
+        return _rank_len(self._native(workers=workers))
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -722,6 +775,10 @@ def _state(epoch: int, consumers: List[Dict[str, Any]], version: int = 2,
     """A state dict of this format (see :meth:`ShardDataset.state_dict`)."""
     return {"format": STATE_FORMAT, "version": version, "epoch": epoch, "consumers": consumers,
             **extra}
+
+
+def _rank_len(loader: Loader) -> int:
+    return loader.rank_batches_per_epoch()
 
 
 def _own_share(me: Tuple[int, int], loader: Loader) -> Optional[Dict[str, Any]]:

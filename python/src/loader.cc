@@ -61,6 +61,8 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["stream_samples"] = s.stream_samples;
   d["skipped_samples"] = s.skipped_samples;
   d["skipped_shards"] = s.skipped_shards;
+  d["cut_samples"] = s.cut_samples;
+  d["cut_tokens"] = s.cut_tokens;
   d["direct_samples"] = s.direct_samples;
   d["memory_kind"] = std::string(HostMemoryKindName(s.memory_kind));
   d["slot_bytes"] = s.slot_bytes;
@@ -230,6 +232,7 @@ class PyLoader {
 
   int64_t SamplesPerEpoch() const { return loader_->samples_per_epoch(); }
   int64_t BatchesPerEpoch() const { return loader_->batches_per_epoch(); }
+  int64_t RankBatchesPerEpoch() const { return loader_->rank_batches_per_epoch(); }
   py::dict Stats() const { return StatsToDict(loader_->stats()); }
 
   void Close() {
@@ -327,6 +330,7 @@ void RegisterLoader(py::module_& m) {
       .def("restore", &PyLoader::Restore, py::arg("state_json"))
       .def("samples_per_epoch", &PyLoader::SamplesPerEpoch)
       .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)
+      .def("rank_batches_per_epoch", &PyLoader::RankBatchesPerEpoch)
       .def("stats", &PyLoader::Stats)
       .def("close", &PyLoader::Close, "Stops and joins the threads; idempotent.");
 

@@ -128,6 +128,19 @@ class Loader::Impl {
   int64_t batch_target = -1;
   int64_t token_batches = -1;  // or kNotCounted
   int64_t returned = 0;
+  // batch_target is everyone's smallest count (equal batches, several
+  // consumers), not a restored own state's.
+  bool equal_cut = false;
+  // What the equal-batches cut left out of this consumer's epochs since
+  // Create: documents and their tokens (eod not counted).
+  uint64_t cut_samples = 0, cut_tokens = 0;
+  void CountCut();
+  // What the last Plan laid out, to count every worker of this rank when
+  // asked (rank_batches_per_epoch).
+  std::vector<int64_t> plan_counts;
+  std::string plan_fingerprint;
+  PlanOptions plan_options;
+  std::shared_ptr<const ResumeState> plan_resume;
 
   // `batches_left`: a restored own state's count (-1: none).
   Status Plan(const ResumeState* resume, int64_t e, int64_t batches_left = -1);
@@ -404,6 +417,10 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
                                   (opt.mode == LoaderMode::kEval ? "/eval" : "");
   SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(counts, fingerprint, po, resume));
   tracker = std::make_unique<DeliveryTracker>(plan);
+  plan_counts = counts;
+  plan_fingerprint = fingerprint;
+  plan_options = po;
+  plan_resume = resume != nullptr ? std::make_shared<const ResumeState>(*resume) : nullptr;
   pending.clear();
   pending.reserve(kPendingDeliveries);
   has_carry = false;
@@ -413,6 +430,7 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
   // Token batches: how many this consumer returns.
   batch_target = token_batches = -1;
   returned = 0;
+  equal_cut = false;
   if (opt.tokens.field.empty() || opt.mode == LoaderMode::kEval) return Status::OK();
   const bool equal = opt.tokens.equal_batches;
   if (equal && batches_left >= 0) {  // a consumer's own state: exactly its count
@@ -442,7 +460,41 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
       least = least < 0 ? n : std::min(least, n);
     }
   batch_target = token_batches = least;
+  equal_cut = true;
   return Status::OK();
+}
+
+void Loader::Impl::CountCut() {
+  FlushDeliveries();
+  uint64_t docs = 0, tokens = 0;
+  tracker->ForEachRemaining([&](int64_t shard, int64_t first, int64_t end) {
+    const auto [real, base] = Locate(shard);
+    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(real)];
+    docs += static_cast<uint64_t>(end - first);
+    tokens += static_cast<uint64_t>(pre[static_cast<size_t>(end + base)] -
+                                    pre[static_cast<size_t>(first + base)]);
+    // Documents partly delivered (before a restore, or by the last batch)
+    // lost only their rest.
+    if (has_carry && carry.shard == shard && carry.sample >= first && carry.sample < end) {
+      const int64_t n = pre[static_cast<size_t>(carry.sample + base) + 1] -
+                        pre[static_cast<size_t>(carry.sample + base)];
+      tokens -= static_cast<uint64_t>(std::min(n, carry.tokens));
+    }
+    for (auto it = partial.lower_bound({shard, first});
+         it != partial.end() && it->first.first == shard && it->first.second < end; ++it) {
+      if (has_carry && carry.shard == shard && carry.sample == it->first.second) continue;
+      const int64_t i = it->first.second;
+      const int64_t n = pre[static_cast<size_t>(i + base) + 1] - pre[static_cast<size_t>(i + base)];
+      tokens -= static_cast<uint64_t>(std::min(n, it->second));
+    }
+  });
+  std::lock_guard<std::mutex> lock(stats_mu);
+  cut_samples += docs;
+  cut_tokens += tokens;
+  if (docs > 0)
+    internal::Log().info("loader: equal batches ended consumer {}'s epoch {} after {} batches, "
+                         "{} documents ({} tokens) short of its plan (stats: cut_samples, "
+                         "cut_tokens)", plan.consumer, epoch, returned, docs, tokens);
 }
 
 Status Loader::Impl::Deliver(const Batch& b) {
@@ -640,6 +692,7 @@ Result<Batch> Loader::next() {
     // Equal batches: this consumer's share ends with everyone's.
     m.ended = true;
     m.EndRun();
+    if (m.equal_cut) m.CountCut();
     return Batch();
   }
   if (!m.run && m.opt.fields.empty() && m.opt.tokens.field.empty()) {
@@ -818,6 +871,34 @@ int64_t Loader::batches_per_epoch() const {
   return m.opt.drop_last ? n / b : (n + b - 1) / b;
 }
 
+int64_t Loader::rank_batches_per_epoch() const {
+  Impl& m = *impl_;
+  const int workers = m.opt.num_workers;
+  if (workers <= 1) return batches_per_epoch();
+  if (m.plan.num_samples < 0) return -1;
+  const bool tokens = !m.opt.tokens.field.empty();
+  if (tokens && m.opt.mode == LoaderMode::kEval) return -1;
+  // Every consumer returns the smallest count.
+  if (tokens && m.equal_cut) return m.batch_target * workers;
+  // A restored own state knows only its own count.
+  if (tokens && m.batch_target >= 0) return -1;
+  if (tokens && !m.LoadTokenCounts().ok()) return -1;
+  Result<EpochPlan> all = EpochPlan::Create(m.plan_counts, m.plan_fingerprint, m.plan_options,
+                                            m.plan_resume.get());
+  if (!all.ok()) return -1;
+  const int64_t b = m.opt.batch_size;
+  int64_t n = 0;
+  for (int w = 0; w < workers; ++w) {
+    const ConsumerPlan p = all->Consumer(m.opt.rank, w);
+    if (tokens) {
+      n += m.TokenBatches(m.TokenRows(p));
+    } else {
+      n += m.opt.drop_last ? p.num_samples / b : (p.num_samples + b - 1) / b;
+    }
+  }
+  return n;
+}
+
 void Loader::Stop() {
   impl_->stopped = true;
   impl_->cancelled.store(true);
@@ -871,6 +952,11 @@ LoaderStats Loader::stats() const {
 
   s.skipped_samples = c.skipped_samples + c.decode_skips;
   s.skipped_shards = c.skipped_shards;
+  {
+    std::lock_guard<std::mutex> lock(m.stats_mu);
+    s.cut_samples = m.cut_samples;
+    s.cut_tokens = m.cut_tokens;
+  }
   s.direct_samples = c.direct_samples;
   s.memory_kind = static_cast<HostMemoryKind>(c.memory_kind.load());
   s.slot_bytes = c.slot_bytes;

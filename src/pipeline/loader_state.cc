@@ -100,6 +100,9 @@ std::string LoaderStats::ToString() const {
   if (skipped_samples + skipped_shards > 0)
     s += ", skipped " + std::to_string(skipped_samples) + " samples " +
          std::to_string(skipped_shards) + " shards";
+  if (cut_samples > 0)
+    s += ", equal batches cut " + std::to_string(cut_samples) + " documents (" +
+         std::to_string(cut_tokens) + " tokens)";
   std::snprintf(buf, sizeof(buf), ", pipeline waited %.2f s for readers, %.2f s for the caller",
                 reader_wait_seconds, caller_wait_seconds);
   s += buf;

@@ -64,6 +64,21 @@ Status DeliveryTracker::MarkDelivered(int64_t shard, int64_t first, int64_t end)
   return Status::OK();
 }
 
+void DeliveryTracker::ForEachRemaining(
+    const std::function<void(int64_t, int64_t, int64_t)>& fn) const {
+  if (!counts_known_) return;
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    const ShardRange& r = ranges_[i];
+    const RangeProgress& p = progress_[i];
+    int64_t at = p.prefix;  // offsets from r.first
+    for (int64_t off : p.beyond) {
+      if (off > at) fn(r.shard, r.first + at, r.first + off);
+      at = off + 1;
+    }
+    if (r.first + at < r.end) fn(r.shard, r.first + at, r.end);
+  }
+}
+
 ResumeState DeliveryTracker::State() const {
   ResumeState state = base_ ? *base_ : ResumeState();
   for (size_t i = 0; i < ranges_.size(); ++i) {

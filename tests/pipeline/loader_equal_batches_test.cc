@@ -117,6 +117,132 @@ TEST(LoaderEqualBatchesTest, EveryConsumerReturnsTheSameCountOverUnevenDocuments
   }
 }
 
+// Batches, documents and packed positions (tokens and eods) next() returns.
+struct Drained {
+  int64_t batches = 0, documents = 0, positions = 0;
+};
+
+Drained Drain(Loader* l) {
+  Drained d;
+  while (true) {
+    auto b = l->next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok() || b->empty()) return d;
+    ++d.batches;
+    d.documents += b->num_samples();
+    TensorView doc = b->tensor("doc_ids");
+    const auto* ids = static_cast<const int32_t*>(doc.data);
+    for (size_t i = 0; i < doc.nbytes / 4; ++i) d.positions += ids[i] >= 0;
+  }
+}
+
+FieldSpec BytesField(const std::string& name) {
+  FieldSpec f;
+  f.name = name;
+  f.decode = FieldDecode::kBytes;
+  return f;
+}
+
+TEST(LoaderEqualBatchesTest, TheRankCountIsWhatEveryWorkerReturnsTogether) {
+  // len() of a DataLoader's main process: its workers each end in their own
+  // last batch, so the rank's count is their sum, not one consumer's.
+  TempDir dir;
+  const std::string m = WriteUneven(dir.path());
+  for (bool equal : {true, false}) {
+    for (auto [ranks, workers] : {std::pair{1, 2}, std::pair{2, 3}}) {
+      for (int r = 0; r < ranks; ++r) {
+        int64_t sum = 0;
+        for (int w = 0; w < workers; ++w) {
+          LoaderOptions o = Tokens(m, ranks, r, workers, w);
+          o.tokens.equal_batches = equal;
+          auto l = Loader::Create(o);
+          ASSERT_TRUE(l.ok()) << l.status();
+          sum += CountBatches(l->get());
+        }
+        LoaderOptions o = Tokens(m, ranks, r, workers, 0);
+        o.tokens.equal_batches = equal;
+        auto first = Loader::Create(o);
+        ASSERT_TRUE(first.ok());
+        EXPECT_EQ((*first)->rank_batches_per_epoch(), sum) << equal << " " << ranks << "x" << workers;
+        o.num_workers = 1;
+        o.worker = 0;
+        auto alone = Loader::Create(o);
+        ASSERT_TRUE(alone.ok());
+        EXPECT_EQ((*alone)->rank_batches_per_epoch(), (*alone)->batches_per_epoch());
+        if (equal && r == 0) EXPECT_NE((*alone)->batches_per_epoch(), sum);  // the trap
+      }
+    }
+  }
+  // Sample batches too: batch_size 3 splits none of the workers' shares evenly.
+  for (bool drop : {false, true}) {
+    int64_t sum = 0;
+    for (int w = 0; w < 3; ++w) {
+      LoaderOptions o = Tokens(m, 2, 1, 3, w);
+      o.tokens = TokenOptions();
+      o.fields = {BytesField("tokens.npy")};
+      o.batch_size = 3;
+      o.drop_last = drop;
+      auto l = Loader::Create(o);
+      ASSERT_TRUE(l.ok()) << l.status();
+      int64_t n = 0;
+      while (true) {
+        auto b = (*l)->next();
+        ASSERT_TRUE(b.ok()) << b.status();
+        if (b->empty()) break;
+        ++n;
+      }
+      sum += n;
+    }
+    LoaderOptions o = Tokens(m, 2, 1, 3, 0);
+    o.tokens = TokenOptions();
+    o.fields = {BytesField("tokens.npy")};
+    o.batch_size = 3;
+    o.drop_last = drop;
+    auto l = Loader::Create(o);
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ((*l)->rank_batches_per_epoch(), sum) << "drop_last " << drop;
+  }
+}
+
+TEST(LoaderEqualBatchesTest, WhatTheCutLeavesOutIsCounted) {
+  // The equal-batches cut ends a consumer's epoch at everyone's smallest
+  // count: the documents and tokens it never returned are in stats().
+  TempDir dir;
+  const std::string m = WriteUneven(dir.path());
+  int64_t cut_consumers = 0;
+  for (int r = 0; r < 2; ++r)
+    for (int w = 0; w < 2; ++w) {
+      LoaderOptions o = Tokens(m, 2, r, 2, w);
+      o.tokens.equal_batches = false;
+      auto free = Loader::Create(o);
+      ASSERT_TRUE(free.ok());
+      const Drained all = Drain(free->get());
+      EXPECT_EQ((*free)->stats().cut_samples, 0u);
+      o.tokens.equal_batches = true;
+      auto l = Loader::Create(o);
+      ASSERT_TRUE(l.ok());
+      for (int epoch = 0; epoch < 2; ++epoch) {
+        const LoaderStats before = (*l)->stats();
+        if (epoch > 0) ASSERT_TRUE((*l)->set_epoch(0).ok());
+        const Drained got = Drain(l->get());
+        const LoaderStats s = (*l)->stats();
+        const auto docs = static_cast<int64_t>(s.cut_samples - before.cut_samples);
+        const auto tokens = static_cast<int64_t>(s.cut_tokens - before.cut_tokens);
+        // Every document of the plan was returned whole or is counted cut
+        // (the one the last batch left unfinished among them) ...
+        EXPECT_EQ(got.documents + docs, all.documents);
+        // ... and every token and eod of the plan was returned or is cut.
+        EXPECT_EQ(got.positions + tokens + docs, all.positions);
+        if (epoch == 0) cut_consumers += docs > 0;
+        if (docs > 0) {
+          EXPECT_LT(got.batches, all.batches);
+          EXPECT_NE(s.ToString().find("equal batches cut"), std::string::npos) << s.ToString();
+        }
+      }
+    }
+  EXPECT_GE(cut_consumers, 2);  // uneven enough that most consumers lose some
+}
+
 TEST(LoaderEqualBatchesTest, PadLayoutCountsRowsPerDocument) {
   TempDir dir;
   const std::string m = WriteUneven(dir.path());
