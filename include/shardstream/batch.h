@@ -41,6 +41,7 @@ struct TensorView {
   DType dtype = DType::kUint8;
   bool is_bytes = false;    // variable-length bytes, one string per row
   bool is_string = false;   // bytes checked to be UTF-8
+  bool is_json = false;     // ... and to be JSON text (rows of absent optional fields are empty)
   // A ragged field (FieldSpec::ragged): is_bytes rows holding elements of
   // `dtype`, row r's shape in row r of the int64 tensor "<name>.shape".
   Ragged ragged = Ragged::kError;

@@ -5,7 +5,10 @@
 //   .npy            tensor; dtype and shape from the header (versions 1, 2, 3;
 //                   little-endian types; fortran_order arrays are refused)
 //   .cls .cls2 .index  int64 label parsed from decimal text
-//   .txt .text .json   string (UTF-8 checked) -- kBytes keeps raw bytes
+//   .txt .text      string (UTF-8 checked) -- kBytes keeps raw bytes
+//   .json           JSON text (UTF-8, checked to parse); Python gives the
+//                   parsed object, as WebDataset's .decode() -- kString keeps
+//                   the text
 //   anything else   bytes
 // kRaw reads headerless little-endian elements of a declared dtype and shape
 // (one dimension may be -1: inferred from the byte count). kImage decodes
@@ -37,6 +40,7 @@ enum class FieldDecode {
   kRaw,     // headerless elements of FieldSpec::dtype, FieldSpec::shape
   kBytes,   // the bytes as they are
   kString,  // the bytes, checked to be UTF-8
+  kJson,    // UTF-8 JSON text, checked to parse (Python gives the parsed object)
   kLabel,   // decimal integer text -> int64 scalar
   kImage,   // JPEG, PNG or WebP -> uint8 RGB per FieldSpec::image (image.h)
 };
@@ -56,9 +60,12 @@ enum class Ragged {
 // One field a batch takes from each sample.
 struct FieldSpec {
   // Field name in the sample: "tokens.npy", "cls", "jpg". Matched exactly
-  // (case-sensitive). Required.
+  // (case-sensitive). Alternatives separated by ';' take the first the
+  // sample has, as in WebDataset: "jpg;png;webp" for images stored in
+  // several formats (under kAuto they must decode alike). Required.
   std::string name;
-  // Name of the batch tensor. Default: empty, meaning `name`.
+  // Name of the batch tensor. Default: empty, meaning `name` (its first
+  // alternative).
   std::string output;
   // How to decode. Default: kAuto.
   FieldDecode decode = FieldDecode::kAuto;
@@ -77,7 +84,10 @@ struct FieldSpec {
   // Variable shapes. Default: kError (kList for images without a size).
   Ragged ragged = Ragged::kError;
 
-  const std::string& output_name() const { return output.empty() ? name : output; }
+  // `output`, or the name (the first of alternatives).
+  std::string output_name() const {
+    return output.empty() ? name.substr(0, name.find(';')) : output;
+  }
 };
 
 // Where a field came from, for error messages.
@@ -94,6 +104,7 @@ struct FieldContext {
 struct DecodedField {
   bool is_tensor = false;  // false: a byte string (bytes or string)
   bool is_string = false;  // bytes that were checked to be UTF-8
+  bool is_json = false;    // ... and to be one JSON value
   DType dtype = DType::kUint8;
   int ndim = 0;            // per-sample dimensions (0: scalar)
   int64_t shape[kMaxDims] = {};

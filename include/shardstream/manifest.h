@@ -44,9 +44,15 @@ struct SHARDSTREAM_EXPORT Manifest {
   // True when every shard's nsamples is known (always for manifest files;
   // never for brace patterns).
   bool SampleCountsKnown() const { return TotalSamples() >= 0; }
-  // A stable fingerprint of (url, size, nsamples, checksum) of every shard,
-  // used to refuse a resume state from another data set.
+  // What identifies the data set to a resume state: every shard's name (its
+  // url's last component) and sample count, in order, as
+  // "<hash>;shards=N;samples=M". Not sizes, checksums or where the shards
+  // live, so the same shards given as a folder, a manifest or a brace
+  // pattern, or copied to another place, are the same data set.
   std::string Fingerprint() const;
+  // The fingerprint of earlier releases (url, size, nsamples and checksum);
+  // a state saved then is still taken when it matches.
+  std::string LegacyFingerprint() const;
 };
 
 // The manifest file formats. kAuto picks by extension (.jsonl/.ndjson, .csv,

@@ -44,6 +44,16 @@ struct Sample {
       if (f.name == name) return &f;
     return nullptr;
   }
+  // The first field named by `names`, one name or alternatives separated
+  // by ';' as WebDataset writes them ("jpg;png;webp"), or nullptr.
+  const Field* FindAny(std::string_view names) const {
+    while (true) {
+      const size_t semi = names.find(';');
+      if (const Field* f = Find(names.substr(0, semi))) return f;
+      if (semi == std::string_view::npos) return nullptr;
+      names.remove_prefix(semi + 1);
+    }
+  }
   // Sum of the field sizes.
   uint64_t bytes() const {
     uint64_t n = 0;

@@ -104,6 +104,20 @@ py::tuple BatchToPython(Batch batch) {
       if (t.dtype == DType::kBFloat16) bf16.append(name);
       continue;
     }
+    if (t.is_json) {
+      // Parsed objects, as WebDataset's .decode() gives; None where an
+      // optional field is absent (the text was checked to parse).
+      static py::object* loads = new py::object(py::module_::import("json").attr("loads"));
+      TensorView present = b.tensor(std::string(t.name) + ".present");
+      const auto* has = static_cast<const bool*>(present.data);
+      py::list rows(t.shape[0]);
+      for (int64_t r = 0; r < t.shape[0]; ++r) {
+        std::string_view v = t.bytes(r);
+        rows[r] = has != nullptr && !has[r] ? py::none() : (*loads)(py::str(v.data(), v.size()));
+      }
+      tensors[name] = rows;
+      continue;
+    }
     if (t.is_bytes) {
       py::list rows(t.shape[0]);
       for (int64_t r = 0; r < t.shape[0]; ++r) {

@@ -69,9 +69,10 @@ FieldDecode DecodeOf(const std::string& s) {
   if (s == "raw") return FieldDecode::kRaw;
   if (s == "bytes") return FieldDecode::kBytes;
   if (s == "str" || s == "string" || s == "text") return FieldDecode::kString;
+  if (s == "json") return FieldDecode::kJson;
   if (s == "label" || s == "int") return FieldDecode::kLabel;
   if (s == "image") return FieldDecode::kImage;
-  Bad("field decode '" + s + "': expected auto, npy, raw, bytes, str, label or image");
+  Bad("field decode '" + s + "': expected auto, npy, raw, bytes, str, json, label or image");
 }
 
 std::pair<double, double> RangeOf(const py::dict& d, const char* key) {

@@ -1,5 +1,7 @@
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "format/decode_error.h"
 #include "shardstream/decode.h"
 
@@ -117,12 +119,13 @@ bool IsExtension(std::string_view ext, std::string_view lower) {
 }  // namespace
 
 FieldDecode DecodeForName(std::string_view field_name) {
-  std::string_view ext = LastExtension(field_name);
+  // Alternatives ("jpg;png") decode as the first does (Loader checks they agree).
+  std::string_view ext = LastExtension(field_name.substr(0, field_name.find(';')));
   if (IsExtension(ext, "npy")) return FieldDecode::kNpy;
   if (IsExtension(ext, "cls") || IsExtension(ext, "cls2") || IsExtension(ext, "index"))
     return FieldDecode::kLabel;
-  if (IsExtension(ext, "txt") || IsExtension(ext, "text") || IsExtension(ext, "json"))
-    return FieldDecode::kString;
+  if (IsExtension(ext, "txt") || IsExtension(ext, "text")) return FieldDecode::kString;
+  if (IsExtension(ext, "json")) return FieldDecode::kJson;
   return FieldDecode::kBytes;
 }
 
@@ -149,6 +152,27 @@ Result<DecodedField> DecodeField(std::string_view bytes, const FieldSpec& spec,
       if (bad != std::string_view::npos) return FieldError(ctx, bad, "text is not valid UTF-8");
       DecodedField f;
       f.is_string = true;
+      f.data = bytes;
+      return f;
+    }
+    case FieldDecode::kJson: {
+      size_t bad = FindInvalidUtf8(bytes);
+      if (bad != std::string_view::npos) return FieldError(ctx, bad, "JSON text is not valid UTF-8");
+      if (!nlohmann::json::accept(bytes.begin(), bytes.end())) {
+        // Parsed again only to say where it stops.
+        try {
+          nlohmann::json unused = nlohmann::json::parse(bytes.begin(), bytes.end());
+          static_cast<void>(unused);
+        } catch (const nlohmann::json::parse_error& e) {
+          const size_t at = e.byte > 0 ? std::min<size_t>(e.byte - 1, bytes.size()) : 0;
+          return FieldError(ctx, at, "not valid JSON (decode \"string\" keeps the text): " +
+                                         std::string(e.what()));
+        }
+        return FieldError(ctx, 0, "not valid JSON (decode \"string\" keeps the text)");
+      }
+      DecodedField f;
+      f.is_string = true;
+      f.is_json = true;
       f.data = bytes;
       return f;
     }

@@ -18,6 +18,21 @@ inline Status FieldError(const FieldContext& ctx, uint64_t at, std::string_view 
                 static_cast<int64_t>(ctx.offset + at));
 }
 
+// For a required field named by one image extension that a sample lacks:
+// how to name images stored in several formats ("" for other names).
+inline std::string ImageAlternativesHint(std::string_view name) {
+  if (name.find(';') != std::string_view::npos) return "";
+  const size_t dot = name.rfind('.');
+  const std::string_view ext = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  for (const char* e : {"jpg", "jpeg", "png", "webp"}) {
+    if (ext != e) continue;
+    const std::string base(name.substr(0, name.size() - ext.size()));
+    return "; for images stored in several formats name them all, as \"" + base + "jpg;" + base +
+           "jpeg;" + base + "png;" + base + "webp\" (the first the sample has is read)";
+  }
+  return "";
+}
+
 }  // namespace shardstream::internal
 
 #endif  // SHARDSTREAM_FORMAT_DECODE_ERROR_H_

@@ -23,6 +23,22 @@ int64_t Manifest::TotalSamples() const {
 }
 
 std::string Manifest::Fingerprint() const {
+  auto h = Hasher::Create("xxh3_128");
+  std::string line;
+  int64_t samples = 0;
+  for (const auto& s : shards) {
+    line.assign(UrlScheme(s.url) == "pipe" ? s.url : UrlBasename(s.url));
+    line += '\t';
+    line += std::to_string(s.nsamples);
+    line += '\n';
+    (*h)->Update(line);
+    samples = samples < 0 || s.nsamples < 0 ? -1 : samples + s.nsamples;
+  }
+  return (*h)->Finish() + ";shards=" + std::to_string(shards.size()) +
+         ";samples=" + std::to_string(samples);
+}
+
+std::string Manifest::LegacyFingerprint() const {
   // Hashes "url\tsize\tnsamples\tchecksum\n" per shard. One reused buffer:
   // a million shards would otherwise mean millions of small allocations.
   auto h = Hasher::Create("xxh3_128");

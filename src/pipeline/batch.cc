@@ -124,6 +124,7 @@ TensorView Batch::tensor(size_t i) const {
   t.dtype = c.dtype;
   t.is_bytes = c.is_bytes;
   t.is_string = c.is_string;
+  t.is_json = c.is_json;
   t.ragged = c.ragged;
   t.ndim = 1 + c.ndim;
   t.shape[0] = header_->rows;

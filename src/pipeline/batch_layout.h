@@ -22,6 +22,7 @@ struct ColumnLayout {
   std::string name;
   bool is_bytes = false;
   bool is_string = false;
+  bool is_json = false;
   // Ragged: bytes per row holding elements of dtype, their shape in
   // another column (ndim here is theirs).
   Ragged ragged = Ragged::kError;

@@ -66,7 +66,7 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
     auto more = first_reader->Next(&s);
     if (!more.ok() || !*more) break;  // an error here is the epoch's to report
     for (FieldSpec& spec : fields)
-      if (s.Find(spec.name) == nullptr) spec.optional = true;
+      if (s.FindAny(spec.name) == nullptr) spec.optional = true;
     for (const Field& f : s.fields) {
       bool known = false;
       for (const FieldSpec& spec : fields) known = known || spec.name == f.name;

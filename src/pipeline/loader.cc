@@ -111,6 +111,12 @@ class Loader::Impl {
   // part of the stream's quota from its own shards.
   Status LayOutStreams(int64_t e, int64_t nodes);
   std::string MixFingerprint() const;
+  // What resume states carry: the data set's fingerprint, the mix, the mode
+  // (legacy: as earlier releases wrote it).
+  std::string DataFingerprint(bool legacy = false) const {
+    return (legacy ? manifest.LegacyFingerprint() : manifest.Fingerprint()) +
+           (mixing() ? MixFingerprint() : "") + (opt.mode == LoaderMode::kEval ? "/eval" : "");
+  }
   // The manifest shard and first sample of entry v of the epoch's list.
   std::pair<int64_t, int64_t> Locate(int64_t v) const {
     if (!mixing()) return {v, 0};
@@ -413,8 +419,7 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
     for (const ShardEntry& s : epoch_shards) u->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
     urls = std::move(u);
   }
-  const std::string fingerprint = manifest.Fingerprint() + (mixing() ? MixFingerprint() : "") +
-                                  (opt.mode == LoaderMode::kEval ? "/eval" : "");
+  const std::string fingerprint = DataFingerprint();
   SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(counts, fingerprint, po, resume));
   tracker = std::make_unique<DeliveryTracker>(plan);
   plan_counts = counts;
@@ -551,6 +556,23 @@ Status Validate(const LoaderOptions& o) {
   if (o.fields.size() > 64) return Status::Config("loader: at most 64 fields");
   for (const FieldSpec& f : o.fields) {
     if (f.name.empty()) return Status::Config("loader: a field spec has no name");
+    if (f.name.find(';') != std::string::npos) {
+      // Alternatives: each named, and under kAuto each decoded alike.
+      std::string_view rest = f.name;
+      const FieldDecode first = DecodeForName(f.name);
+      while (true) {
+        const size_t semi = rest.find(';');
+        const std::string_view one = rest.substr(0, semi);
+        if (one.empty())
+          return Status::Config("loader: field '" + f.name + "': an empty alternative");
+        if (f.decode == FieldDecode::kAuto && DecodeForName(one) != first)
+          return Status::Config("loader: field '" + f.name + "': its alternatives decode "
+                                "differently by extension ('" + std::string(one) +
+                                "'); give the field a decode");
+        if (semi == std::string_view::npos) break;
+        rest.remove_prefix(semi + 1);
+      }
+    }
     if (f.decode == FieldDecode::kImage)
       SHARDSTREAM_RETURN_IF_ERROR(ValidateImageSpec(f.image, f.name).WithContext("loader"));
   }
@@ -848,6 +870,13 @@ Status Loader::restore(const LoaderState& state) {
   // The partial documents first: the plan counts their rows from where they stopped.
   impl_->partial.clear();
   for (const LoaderState::Partial& p : state.partial) impl_->partial[{p.shard, p.sample}] = p.tokens;
+  if (state.resume.fingerprint.find(";shards=") == std::string::npos &&
+      state.resume.fingerprint == impl_->DataFingerprint(/*legacy=*/true)) {
+    // Saved by an earlier release over this very manifest.
+    ResumeState resume = state.resume;
+    resume.fingerprint = impl_->DataFingerprint();
+    return impl_->Plan(&resume, resume.epoch, state.batches_left);
+  }
   return impl_->Plan(&state.resume, state.resume.epoch, state.batches_left);
 }
 

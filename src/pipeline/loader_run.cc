@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "format/decode_error.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/url.h"
 
@@ -22,7 +23,7 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 // The token field of a sample item, decoded into the item (by the worker that read it).
 void DecodeTokens(const FieldSpec& spec, LaneItem* item) {
   const Sample& s = item->sample;
-  const Field* f = s.Find(spec.name);
+  const Field* f = s.FindAny(spec.name);
   if (f == nullptr) {
     item->decode_status = Status(StatusCode::kCorrupt,
                                  "sample '" + s.key + "' in " + s.url + " at offset " +
@@ -54,7 +55,7 @@ void DecodeImages(const std::vector<FieldSpec>& fields, const std::vector<size_t
   item->decode_status = Status::OK();
   for (size_t k = 0; k < which.size(); ++k) {
     const FieldSpec& spec = fields[which[k]];
-    const Field* f = s.Find(spec.name);
+    const Field* f = s.FindAny(spec.name);
     if (f == nullptr) continue;  // the batcher reports it, or fills it (optional)
     auto img = DecodeImage(f->data, spec.image, ImageDraw{seed, epoch, s.key}, &item->pixels[k],
                            FieldContext{s.key, spec.name, s.url, f->offset});
@@ -242,7 +243,7 @@ void LoaderRun::ReleaseChunks(LaneItem* item) {
 
 Status LoaderRun::CheckFirstSampleFields(const Sample& s) const {
   for (const FieldSpec& spec : opt_.fields) {
-    if (spec.optional || s.Find(spec.name) != nullptr) continue;
+    if (spec.optional || s.FindAny(spec.name) != nullptr) continue;
     std::string present;
     for (const Field& f : s.fields) present += (present.empty() ? "'" : ", '") + f.name + "'";
     return Status(StatusCode::kConfig, "loader: field '" + spec.name + "' is not in the first sample ('" +
@@ -250,7 +251,7 @@ Status LoaderRun::CheckFirstSampleFields(const Sample& s) const {
                               "); its fields are " +
                               (present.empty() ? std::string("none") : present) +
                               ". Name a field as it is in the shards (extension included), or "
-                              "mark it optional",
+                              "mark it optional" + internal::ImageAlternativesHint(spec.name),
                           s.url, s.offset);
   }
   return Status::OK();
@@ -259,7 +260,7 @@ Status LoaderRun::CheckFirstSampleFields(const Sample& s) const {
 Status LoaderRun::CheckFirstSampleImages(const Sample& s) const {
   for (const FieldSpec& spec : opt_.fields) {
     if (spec.decode != FieldDecode::kImage) continue;
-    const Field* f = s.Find(spec.name);
+    const Field* f = s.FindAny(spec.name);
     if (f == nullptr || f->data.empty() || SniffImageFormat(f->data) != ImageFormat::kUnknown) continue;
     return Status(StatusCode::kConfig,
                   "loader: field '" + spec.name + "' of the first sample ('" + s.key + "' in " +
@@ -295,7 +296,7 @@ Status LoaderRun::Process(LaneItem* item) {
     }
   } else {
     for (size_t i = 0; i < opt_.fields.size(); ++i) {
-      const Field* f = s.Find(opt_.fields[i].name);
+      const Field* f = s.FindAny(opt_.fields[i].name);
       refs_[i] = f ? FieldRef{f->data, f->offset, true} : FieldRef{};
       if (f != nullptr && !image_slot_.empty() && image_slot_[i] >= 0) {
         const size_t k = static_cast<size_t>(image_slot_[i]);

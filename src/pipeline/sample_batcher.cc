@@ -37,6 +37,10 @@ Result<DecodedField> SampleBatcher::Absent(const FieldSpec& spec) const {
     case FieldDecode::kString:
       d.is_string = true;
       return d;
+    case FieldDecode::kJson:
+      d.is_string = true;
+      d.is_json = true;
+      return d;
     case FieldDecode::kLabel:
       d.is_tensor = true;
       d.is_label = true;
@@ -85,6 +89,7 @@ Status SampleBatcher::InitLayout(const std::vector<DecodedField>& decoded) {
     c.name = fields_[i].output_name();
     c.is_bytes = !d.is_tensor || ragged_[i] != Ragged::kError;
     c.is_string = d.is_string;
+    c.is_json = d.is_json;
     if (ragged_[i] != Ragged::kError) {
       if (!d.is_tensor || d.is_label)
         return Status::Config("field '" + fields_[i].name +
@@ -135,7 +140,8 @@ Status SampleBatcher::Add(const RowInput& row) {
                                           "{\"name\": \"" + spec.name +
                                           "\", \"optional\": True} in fields= (Python), "
                                           "FieldSpec::optional (C++); its batches then carry '" +
-                                          spec.output_name() + ".present'");
+                                          spec.output_name() + ".present'" +
+                                          internal::ImageAlternativesHint(spec.name));
         return Status(StatusCode::kConfig, e.message(), e.url(), e.offset());
       }
       if (!slots_.ready()) {

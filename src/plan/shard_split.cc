@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cctype>
 #include <limits>
 #include <numeric>
 
@@ -93,6 +94,46 @@ Result<EpochPlan> EpochPlan::Create(const Manifest& manifest, const PlanOptions&
   return Create(counts, manifest.Fingerprint(), options, resume);
 }
 
+// What differs between the data set a state was saved over and this one,
+// from their fingerprints (Manifest::Fingerprint(), then what a loader adds
+// for mixed streams, "/mix:...", and eval mode, "/eval").
+static std::string DataSetDifference(const std::string& saved, const std::string& here) {
+  auto number = [](const std::string& fp, const std::string& key) -> std::string {
+    size_t at = fp.find(";" + key + "=");
+    if (at == std::string::npos) return "";
+    at += key.size() + 2;
+    size_t end = at;
+    while (end < fp.size() && (std::isdigit(static_cast<unsigned char>(fp[end])) || fp[end] == '-')) ++end;
+    return fp.substr(at, end - at);
+  };
+  auto suffix = [](const std::string& fp) {
+    const size_t slash = fp.find('/');
+    return slash == std::string::npos ? std::string() : fp.substr(slash);
+  };
+  auto mode = [](const std::string& s) {
+    std::string m = s.find("/mix:") != std::string::npos ? "mixed streams" : "one data set";
+    if (s.size() >= 5 && s.compare(s.size() - 5, 5, "/eval") == 0) m += " in eval mode";
+    return m;
+  };
+  const std::string saved_shards = number(saved, "shards"), here_shards = number(here, "shards");
+  const std::string saved_samples = number(saved, "samples"), here_samples = number(here, "samples");
+  if (saved_shards.empty())
+    return "the state was saved by an earlier release, which also compared the shards' urls, "
+           "sizes and checksums, and one of them differs (fingerprint " + saved + ", this data "
+           "set " + here + ")";
+  if (saved_shards != here_shards || saved_samples != here_samples)
+    return "the state's data set has " + saved_shards + " shards and " + saved_samples +
+           " samples, this one " + here_shards + " shards and " + here_samples + " samples";
+  if (saved.substr(0, saved.find('/')) != here.substr(0, here.find('/')))
+    return "both have " + here_shards + " shards and " + here_samples + " samples, but the "
+           "shards' names, their sample counts or their order differ";
+  if (mode(suffix(saved)) != mode(suffix(here)))
+    return "the same shards, but the state was saved reading " + mode(suffix(saved)) +
+           ", and this loader reads " + mode(suffix(here));
+  return "the same shards, but the streams are mixed otherwise (other streams, weights, repeat, "
+         "choose or epoch_size)";
+}
+
 Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
                                     const std::string& fingerprint, const PlanOptions& options,
                                     const ResumeState* resume) {
@@ -124,9 +165,8 @@ Result<EpochPlan> EpochPlan::Create(const std::vector<int64_t>& nsamples,
     if (!impl->counts_known)
       return Status::Config("plan: cannot resume over a manifest with unknown sample counts");
     if (resume->fingerprint != fingerprint)
-      return Status::Config("plan: the resume state belongs to another data set (manifest "
-                            "fingerprint " + resume->fingerprint + ", this manifest " +
-                            fingerprint + ")");
+      return Status::Config("plan: the resume state belongs to another data set: " +
+                            DataSetDifference(resume->fingerprint, fingerprint));
     if (resume->seed != options.seed || resume->epoch != options.epoch)
       return Status::Config("plan: the resume state is for seed " + std::to_string(resume->seed) +
                             " epoch " + std::to_string(resume->epoch) + ", the plan asks for seed " +

@@ -147,6 +147,28 @@ TEST(DecodeTest, RawWithDeclaredShape) {
   EXPECT_EQ(DecodeField(bytes, spec, kCtx).status().code(), StatusCode::kConfig);
 }
 
+TEST(DecodeTest, JsonIsCheckedToParseAndErrorsSayWhere) {
+  auto ok = DecodeField("{\"a\": [1, 2.5, \"\xc3\xa9\"]}", FieldSpec{"meta.json"}, kCtx);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->is_json);
+  EXPECT_TRUE(ok->is_string);
+  EXPECT_EQ(ok->data, "{\"a\": [1, 2.5, \"\xc3\xa9\"]}");
+  // Broken JSON: kCorrupt at the byte where parsing stopped, naming the way out.
+  auto bad = DecodeField("{\"a\": [1, 2,}", FieldSpec{"meta.json"}, kCtx);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(bad.status().message().find("not valid JSON"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("decode \"string\" keeps the text"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("sample 'sample7'"), std::string::npos);
+  EXPECT_EQ(bad.status().offset(), 1536 + 12);  // the '}' where a value should be
+  EXPECT_FALSE(DecodeField("", FieldSpec{"meta.json"}, kCtx).ok());
+  EXPECT_FALSE(DecodeField("{} {}", FieldSpec{"meta.json"}, kCtx).ok());
+  // The text as it is, when asked.
+  auto text = DecodeField("{broken", FieldSpec{"meta.json", "", FieldDecode::kString}, kCtx);
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->is_json);
+}
+
 TEST(DecodeTest, LabelsTextAndBytesByExtension) {
   FieldSpec cls{"cls"};
   auto l = DecodeField(" 42\n", cls, kCtx);
@@ -175,7 +197,10 @@ TEST(DecodeTest, LabelsTextAndBytesByExtension) {
   EXPECT_FALSE(jpg->is_string);
   EXPECT_EQ(DecodeForName("tokens.NPY"), FieldDecode::kNpy);
   EXPECT_EQ(DecodeForName("Cls2"), FieldDecode::kLabel);
-  EXPECT_EQ(DecodeForName("meta.JSON"), FieldDecode::kString);
+  EXPECT_EQ(DecodeForName("meta.JSON"), FieldDecode::kJson);
+  EXPECT_EQ(DecodeForName("caption.TXT"), FieldDecode::kString);
+  EXPECT_EQ(DecodeForName("jpg;png;webp"), FieldDecode::kBytes);
+  EXPECT_EQ(DecodeForName("x.npy;y.json"), FieldDecode::kNpy);  // as the first
   EXPECT_EQ(DecodeForName("tokens.npyz"), FieldDecode::kBytes);
   EXPECT_EQ(DecodeForName("tokens.np"), FieldDecode::kBytes);
   EXPECT_EQ(DecodeForName("cls.jpg"), FieldDecode::kBytes);  // the last extension decides

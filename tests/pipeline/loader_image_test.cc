@@ -10,6 +10,7 @@
 
 #include "shardstream/loader.h"
 #include "shardstream/shard_writer.h"
+#include "support/loader_fixture.h"
 #include "support/test_util.h"
 
 namespace shardstream {
@@ -26,7 +27,10 @@ std::string Image(const std::string& name) {
 
 // 3 shards of 20 samples: key "sNNNNN", an image field "img" (the test
 // images in turn; `bad` keys get a truncated JPEG) and a label.
-std::string WriteImages(const std::string& dir, const std::set<int>& bad = {}) {
+// by_extension: the image field is named by its format ("jpg", "png",
+// "webp"), as pack --image-folder and WebDataset writers name it.
+std::string WriteImages(const std::string& dir, const std::set<int>& bad = {},
+                        bool by_extension = false) {
   ShardWriterOptions wo;
   wo.max_samples = 20;
   auto w = ShardWriter::Create(dir, wo);
@@ -40,7 +44,8 @@ std::string WriteImages(const std::string& dir, const std::set<int>& bad = {}) {
     const std::string img = bad.count(g) ? truncated : Image(kImages[g % 8]);
     const std::string label = std::to_string(g);
     Field f;
-    f.name = "img";
+    const std::string file = kImages[g % 8];
+    f.name = by_extension ? file.substr(file.rfind('.') + 1) : "img";
     f.data = img;
     Field c;
     c.name = "cls";
@@ -238,6 +243,42 @@ TEST(LoaderImageTest, MemoryBudgetCountsDecodedPixels) {
   EXPECT_NE(l.status().message().find("memory_budget"), std::string::npos) << l.status();
   o.shuffle_buffer = 16;
   EXPECT_TRUE(Loader::Create(o).ok());
+}
+
+TEST(LoaderImageTest, OneFieldOfImagesInSeveralFormatsNamedByAlternatives) {
+  // A folder of JPEGs with PNGs and a WebP among them, each member named by
+  // its extension: "jpg;png;webp" reads whichever a sample has, with the
+  // same pixels as the same images under one name.
+  TempDir one, mixed;
+  const std::string m1 = WriteImages(one.path());
+  const std::string m2 = WriteImages(mixed.path(), {}, /*by_extension=*/true);
+  LoaderOptions o = Options(m2);
+  o.fields[0].name = "jpg;png;webp";
+  auto l = Loader::Create(o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto b = (*l)->next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(b->tensor("jpg").data, nullptr) << "the output is named by the first alternative";
+  o.fields[0].output = "img";
+  const Drained got = Drain(Loader::Create(o)->get());
+  const Drained want = Drain(Loader::Create(Options(m1))->get());
+  EXPECT_EQ(got.keys, want.keys);
+  EXPECT_EQ(got.pixels, want.pixels);
+  // One name only: the sample without it is a usage error that says how to
+  // name all the formats.
+  LoaderOptions jpg = Options(m2);
+  jpg.fields[0].name = "jpg";
+  jpg.shuffle_buffer = 0;
+  Status st = testing::FirstError(Loader::Create(jpg)->get());
+  EXPECT_EQ(st.code(), StatusCode::kConfig);
+  EXPECT_NE(st.message().find("the sample has no field 'jpg'"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("\"jpg;jpeg;png;webp\""), std::string::npos) << st;
+  // Alternatives that decode differently by extension need a decode.
+  LoaderOptions odd = Options(m2);
+  odd.fields[1].name = "cls;txt";
+  EXPECT_EQ(Loader::Create(odd).status().code(), StatusCode::kConfig);
+  odd.fields[1].name = "cls;";
+  EXPECT_EQ(Loader::Create(odd).status().code(), StatusCode::kConfig);
 }
 
 TEST(LoaderImageTest, BadSpecIsAConfigError) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "shardstream/loader.h"
+#include "shardstream/manifest.h"
 #include "support/loader_fixture.h"
 #include "support/test_util.h"
 
@@ -242,6 +243,90 @@ TEST(LoaderResumeTest, RestoreRejectsAnotherSeed) {
   auto b = *Loader::Create(o);
   EXPECT_EQ(b->restore(s).code(), StatusCode::kConfig);
   EXPECT_EQ(LoaderState::FromJson("{\"format\":\"x\"}").status().code(), StatusCode::kCorrupt);
+}
+
+// The same shards given as a manifest, a folder or a brace pattern (or
+// copied elsewhere) are the same data set to a resume state; another data
+// set is refused saying what differs.
+TEST(LoaderResumeTest, AStateResumesOverTheSameShardsInAnyInputForm) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{5, 40});
+  ASSERT_EQ(d.shard_paths.size(), 5u);
+  const std::string pattern = dir.path() + "/shard-{000000..000004}.tar";
+  ASSERT_EQ(d.shard_paths[4], dir.path() + "/shard-000004.tar");
+  const std::vector<std::string> forms = {d.manifest, dir.path(), pattern};
+  auto options = [&](const std::string& input) {
+    LoaderOptions o = FieldOptions(d.manifest);
+    o.manifest = input;
+    o.shuffle_buffer = 20;
+    return o;
+  };
+  for (const std::string& saved_form : forms) {
+    auto a = *Loader::Create(options(saved_form));
+    auto head = DrainIds(a.get(), 3);
+    const LoaderState state = *a->state();
+    for (const std::string& form : forms) {
+      auto b = *Loader::Create(options(form));
+      Status st = b->restore(state);
+      ASSERT_TRUE(st.ok()) << "saved over " << saved_form << ", resumed over " << form << ": " << st;
+      auto rest = DrainIds(b.get());
+      std::set<int64_t> all(head.begin(), head.end());
+      all.insert(rest.begin(), rest.end());
+      EXPECT_EQ(all.size(), 200u);
+      EXPECT_EQ(head.size() + rest.size(), 200u);
+    }
+  }
+  auto a = *Loader::Create(options(d.manifest));
+  DrainIds(a.get(), 1);
+  const LoaderState state = *a->state();
+  // One shard fewer: the counts say so.
+  auto fewer = *Loader::Create(options(dir.path() + "/shard-{000000..000003}.tar"));
+  Status st = fewer->restore(state);
+  EXPECT_EQ(st.code(), StatusCode::kConfig);
+  EXPECT_NE(st.message().find("the state's data set has 5 shards and 200 samples, this one 4 "
+                              "shards and 160 samples"),
+            std::string::npos)
+      << st;
+  // The same counts in another order.
+  LoaderOptions swapped = options(d.shard_paths[1]);
+  swapped.inputs = {d.shard_paths[0], d.shard_paths[2], d.shard_paths[3], d.shard_paths[4]};
+  st = (*Loader::Create(swapped))->restore(state);
+  EXPECT_EQ(st.code(), StatusCode::kConfig);
+  EXPECT_NE(st.message().find("both have 5 shards and 200 samples, but the shards' names, their "
+                              "sample counts or their order differ"),
+            std::string::npos)
+      << st;
+  // Eval mode lays the epoch out otherwise.
+  LoaderOptions eval = options(d.manifest);
+  eval.mode = LoaderMode::kEval;
+  st = (*Loader::Create(eval))->restore(state);
+  EXPECT_NE(st.message().find("saved reading one data set, and this loader reads one data set "
+                              "in eval mode"),
+            std::string::npos)
+      << st;
+}
+
+TEST(LoaderResumeTest, AStateOfAnEarlierReleaseResumesOverTheSameManifest) {
+  // Earlier releases fingerprinted url, size, count and checksum per shard.
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{3, 20});
+  LoaderOptions o = FieldOptions(d.manifest);
+  auto a = *Loader::Create(o);
+  auto head = DrainIds(a.get(), 2);
+  LoaderState state = *a->state();
+  auto manifest = ReadManifest(d.manifest);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_NE(state.resume.fingerprint, manifest->LegacyFingerprint());
+  state.resume.fingerprint = manifest->LegacyFingerprint();
+  auto b = *Loader::Create(o);
+  ASSERT_TRUE(b->restore(state).ok());
+  EXPECT_EQ(DrainIds(b.get()).size() + head.size(), 60u);
+  // Over a folder (no checksums, so the old fingerprint differs): refused, saying why.
+  LoaderOptions folder = o;
+  folder.manifest = dir.path();
+  Status st = (*Loader::Create(folder))->restore(state);
+  EXPECT_EQ(st.code(), StatusCode::kConfig);
+  EXPECT_NE(st.message().find("saved by an earlier release"), std::string::npos) << st;
 }
 
 // Token batches: rebuilds every document from the packed rows.
