@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import logging
 import numbers
 import os
 import sys
@@ -168,14 +169,21 @@ def _sample(batch: Mapping[str, Any], i: int, clone: bool = False) -> Dict[str, 
     return out
 
 
+class _MapError(RuntimeError):
+    """An exception ``map`` raised, naming the sample (a skip policy skips it)."""
+
+
 def _call_map(fn: Callable[[Dict[str, Any]], Any], sample: Dict[str, Any], key: Any,
-              url: Any) -> Mapping[str, Any]:
-    """``fn(sample)``; an exception it raises becomes a RuntimeError naming the sample."""
+              url: Any) -> Optional[Mapping[str, Any]]:
+    """``fn(sample)``; None drops the sample (WebDataset's ``select``); an
+    exception it raises becomes a _MapError naming the sample."""
     try:
         out = fn(sample)
     except Exception as e:
-        raise RuntimeError(f"ShardDataset map raised {type(e).__name__} on sample {key!r} "
-                           f"(shard {url}): {e}") from e
+        raise _MapError(f"ShardDataset map raised {type(e).__name__} on sample {key!r} "
+                        f"(shard {url}): {e}") from e
+    if out is None:
+        return None
     if not isinstance(out, Mapping):
         raise TypeError(f"ShardDataset map must return the sample as a dict, but returned "
                         f"{type(out).__name__} for sample {key!r} (shard {url})")
@@ -443,6 +451,9 @@ class ShardDataset(torch.utils.data.IterableDataset):
         # next epoch only when none came since it began.
         self._epoch_set = 0
         self._map, self._batch_map = map, batch_map  # hooks, pickled into workers
+        # Samples map dropped (returned None) or, under a skip policy, skipped
+        # (raised), in this process (stats()).
+        self._hook_counts = {"map_dropped": 0, "map_errors": 0}
         # With hooks: the state of a pass whose hook raised, which does not
         # count the failed batch as delivered (state_dict returns it).
         self._failed: Optional[Dict[str, Any]] = None
@@ -574,6 +585,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
                         self._failed = _state(epoch, [{"members": [me[0]], "of": me[1],
                                                        "state": before}])
                     raise
+                if batch is None:
+                    continue  # map dropped every sample: delivered, nothing to yield
             yield batch
             if self._pass != this_pass:
                 raise RuntimeError(
@@ -584,14 +597,39 @@ class ShardDataset(torch.utils.data.IterableDataset):
         in_worker = torch.utils.data.get_worker_info() is not None
         self._end_epoch(epoch, _own_share(me, loader) if in_worker else None)
 
+    def _map_one(self, sample: Dict[str, Any], key: Any, url: Any) -> Optional[Mapping[str, Any]]:
+        """``map`` on one sample: None when it returns None (dropped) or, under
+        a skip policy, raises (skipped); both counted for stats()."""
+        try:
+            out = _call_map(self._map, sample, key, url)
+        except _MapError as e:
+            if self._kwargs.get("error_policy", "raise") == "raise":
+                raise
+            self._hook_counts["map_errors"] += 1
+            if self._hook_counts["map_errors"] <= 3:
+                logging.getLogger("shardstream").warning(
+                    "%s; skipped (error_policy=%r)%s", e, self._kwargs["error_policy"],
+                    "; later ones are counted in stats()['map_errors']"
+                    if self._hook_counts["map_errors"] == 3 else "")
+            return None
+        if out is None:
+            self._hook_counts["map_dropped"] += 1
+        return out
+
     def _apply_hooks(self, batch: Dict[str, Any], single: bool) -> Any:
-        """``map`` on each sample (collating a batch back), then ``batch_map``."""
+        """``map`` on each sample (collating a batch back), then ``batch_map``.
+        None when ``map`` dropped or skipped every sample of it."""
         keys, urls = batch["__key__"], batch["__url__"]
         if self._map is not None:
             if single:
-                return _call_map(self._map, batch, keys, urls)
-            batch = _collate([_call_map(self._map, _sample(batch, i), keys[i], urls[i])
-                              for i in range(len(keys))], keys)
+                return self._map_one(batch, keys, urls)
+            mapped = [(self._map_one(_sample(batch, i), keys[i], urls[i]), keys[i], urls[i])
+                      for i in range(len(keys))]
+            mapped = [m for m in mapped if m[0] is not None]
+            if not mapped:
+                return None
+            keys, urls = [m[1] for m in mapped], [m[2] for m in mapped]
+            batch = _collate([m[0] for m in mapped], keys)
         if self._batch_map is not None:
             batch = _call_batch_map(self._batch_map, batch, keys, urls)
         return batch
@@ -747,6 +785,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self.__dict__.setdefault("_map", None)
         self.__dict__.setdefault("_batch_map", None)
         self.__dict__.setdefault("_failed", None)
+        self.__dict__.setdefault("_hook_counts", {"map_dropped": 0, "map_errors": 0})
 
     def dataloader(self, **kwargs: Any) -> "torch.utils.data.DataLoader":
         """A DataLoader with the recommended settings: ``batch_size=None``,
@@ -758,10 +797,16 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
     # -- telemetry -------------------------------------------------------------
     def stats(self) -> Dict[str, Any]:
-        """The native loader's counters in this process (empty before the first iteration)."""
+        """The native loader's counters in this process (empty before the first
+        iteration), with ``map_dropped`` (samples ``map`` returned None for)
+        and ``map_errors`` (samples whose ``map`` raised, skipped under a skip
+        policy) when there is a ``map``."""
         if self._loader is None or self._pid != os.getpid():
             return {}
-        return self._loader.stats()
+        out = self._loader.stats()
+        if self._map is not None:
+            out.update(self._hook_counts)
+        return out
 
     def close(self) -> None:
         """Stops the native threads now (they also stop when the dataset is freed)."""

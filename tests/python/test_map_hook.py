@@ -195,6 +195,59 @@ def test_an_exception_in_map_names_the_sample_and_a_fresh_iter_works(manifest, t
     ds.close()
 
 
+def drop_every_third(sample):
+    """None for samples 0, 3, 6, ...: dropped, as WebDataset's select."""
+    return None if int(sample["__key__"][1:]) % 3 == 0 else sample
+
+
+def fail_on_multiples_of_7(sample):
+    i = int(sample["__key__"][1:])
+    if i % 7 == 0:
+        raise ValueError(f"cannot decode {i}")
+    return sample
+
+
+def test_map_returning_none_drops_the_sample_and_counts_it(manifest, total):
+    ds = ordered_ds(manifest, map=drop_every_third)
+    keys = [k for b in ds for k in b["__key__"]]
+    assert keys == [k for k in all_keys(total) if int(k[1:]) % 3]
+    dropped = sum(1 for i in range(total) if i % 3 == 0)
+    assert ds.stats()["map_dropped"] == dropped and ds.stats()["map_errors"] == 0
+    # Single samples: dropped ones are not yielded.
+    single = ShardDataset(manifest, fields=["tokens.npy", "cls", "txt"], batch_size=None,
+                          mode="eval", map=drop_every_third)
+    assert [s["__key__"] for s in single] == keys
+    ds.close()
+    single.close()
+
+
+@pytest.mark.parametrize("policy", ["skip_sample", "skip_shard"])
+def test_an_exception_in_map_under_a_skip_policy_skips_the_sample(manifest, total, policy, caplog):
+    ds = ordered_ds(manifest, map=fail_on_multiples_of_7, error_policy=policy)
+    with caplog.at_level("WARNING", logger="shardstream"):
+        it = iter(ds)
+        head = [k for _ in range(4) for k in next(it)["__key__"]]
+        # A state mid-epoch counts the skipped samples as delivered: the
+        # resume neither repeats nor loses any sample.
+        state = pickle.loads(pickle.dumps(ds.state_dict()))
+        rest = [k for b in it for k in b["__key__"]]
+    assert head + rest == [k for k in all_keys(total) if int(k[1:]) % 7]
+    assert ds.stats()["map_errors"] == sum(1 for i in range(total) if i % 7 == 0)
+    logged = [r.getMessage() for r in caplog.records if "ShardDataset map raised" in r.getMessage()]
+    assert len(logged) == 3 and "ValueError on sample 's000000'" in logged[0]
+    assert ".tar" in logged[0] and policy in logged[0]
+    ds.close()
+    resumed = ordered_ds(manifest, map=fail_on_multiples_of_7, error_policy=policy)
+    resumed.load_state_dict(state)
+    assert [k for b in resumed for k in b["__key__"]] == rest
+    resumed.close()
+    # Under "raise" (the default) it stops the epoch, naming the sample.
+    raising = ordered_ds(manifest, map=fail_on_multiples_of_7)
+    with pytest.raises(RuntimeError, match="ValueError on sample 's000000'"):
+        next(iter(raising))
+    raising.close()
+
+
 def test_map_returning_no_dict_and_batch_map_errors(manifest):
     ds = ordered_ds(manifest, map=lambda s: s["tokens.npy"])
     with pytest.raises(TypeError, match="returned Tensor for sample 's000000'"):
