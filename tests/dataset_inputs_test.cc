@@ -11,6 +11,7 @@
 #include "shardstream/loader.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/shard_writer.h"
+#include "shardstream/tar_reader.h"
 #include "support/fault_source.h"
 #include "support/loader_fixture.h"
 #include "support/test_util.h"
@@ -183,6 +184,58 @@ TEST(DatasetInputsTest, FingerprintDoesNotDependOnWhereTheDataIsMounted) {
   auto mb = ResolveDataset({b.path()});
   ASSERT_TRUE(ma.ok() && mb.ok());
   EXPECT_EQ(ma->Fingerprint(), mb->Fingerprint());
+}
+
+TEST(DatasetInputsTest, IndexesBuiltForALoaderGoToItsIndexDirAndLeaveTheDataAlone) {
+  TempDir data, indexes;
+  auto shards = WriteBareShards(data.path(), 3, 6);
+  namespace fs = std::filesystem;
+  const std::string dir = indexes.path() + "/idx";  // made when first needed
+  LoaderOptions o;
+  o.manifest = data.path();
+  o.fields = {FieldSpec{"cls"}};
+  o.batch_size = 4;
+  o.world_size = 2;
+  o.index_dir = dir;
+  auto l = Loader::Create(o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ((*l)->samples_per_epoch(), 9);  // counts learned: samples split, not shards
+  for (const std::string& s : shards) {
+    EXPECT_FALSE(fs::exists(IndexUrlFor(s)));
+    EXPECT_TRUE(fs::exists(IndexCacheUrl(dir, s))) << IndexCacheUrl(dir, s);
+    auto index = ReadSampleIndex(s, nullptr, dir);
+    ASSERT_TRUE(index.ok()) << index.status();
+    EXPECT_EQ(index->samples.size(), 6u);
+  }
+  // Read, not built again, by the next loader; OpenAt finds it to start mid-shard.
+  const auto written = fs::last_write_time(IndexCacheUrl(dir, shards[1]));
+  o.rank = 1;
+  auto again = Loader::Create(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(fs::last_write_time(IndexCacheUrl(dir, shards[1])), written);
+  std::set<std::string> keys;
+  for (auto* loader : {l->get(), again->get()}) {
+    while (true) {
+      auto b = loader->next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (b->empty()) break;
+      for (int64_t i = 0; i < b->num_samples(); ++i) keys.insert(std::string(b->key(i)));
+    }
+  }
+  EXPECT_EQ(keys.size(), 18u);
+  TarReaderOptions t;
+  t.index_dir = dir;
+  auto mid = TarReader::OpenAt(shards[2], 4, nullptr, t);
+  ASSERT_TRUE(mid.ok()) << mid.status();
+  Sample sample;
+  auto more = (*mid)->Next(&sample);
+  ASSERT_TRUE(more.ok() && *more);
+  EXPECT_EQ(sample.key, "k" + std::to_string(100000 + 2 * 6 + 4));
+  // Nothing was written beside the shards.
+  for (const auto& e : fs::directory_iterator(data.path()))
+    EXPECT_EQ(e.path().extension(), ".tar") << e.path();
+  // Another shard with the same name elsewhere has its own entry.
+  EXPECT_NE(IndexCacheUrl(dir, shards[0]), IndexCacheUrl(dir, "/elsewhere/shard-000000.tar"));
 }
 
 TEST(DatasetInputsTest, LoaderOverADirectorySplitsSamplesExactlyOnce) {

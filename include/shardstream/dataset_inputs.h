@@ -44,6 +44,9 @@ struct ResolveOptions {
   bool build_indexes = true;
   // Threads that build missing indexes (joined before returning). Default: 4.
   int threads = 4;
+  // Where built indexes are written and looked for after the sidecars
+  // (LoaderOptions::index_dir). Default: "" (beside the shards).
+  std::string index_dir;
 };
 
 // IsManifestUrl and IsShardUrl (which input is which) are in url.h.

@@ -128,6 +128,11 @@ struct LoaderOptions {
   // indexes, building and writing them for local shards, so the plan splits
   // samples exactly once; false balances shards instead. Default: true.
   bool learn_sample_counts = true;
+  // A local folder for the indexes the loader builds (learning counts,
+  // token counts for equal batches), instead of "<shard>.idx" beside each
+  // shard: a data folder that must stay untouched or is read-only. Indexes
+  // are looked for beside the shards first, then here. Default: "" (beside).
+  std::string index_dir;
   // Where urls are opened. Default: null (DefaultSource()).
   Source* source = nullptr;
   // Shards are read through this node-local cache when set (shared with

@@ -62,14 +62,22 @@ SHARDSTREAM_EXPORT std::string SerializeSampleIndex(const SampleIndex& index);
 SHARDSTREAM_EXPORT Result<SampleIndex> ParseSampleIndex(std::string_view data,
                                                         const std::string& url);
 
-// Reads "<shard_url>.idx". On failure returns NotFound when there is no
-// sidecar, kCorrupt when it is damaged or describes a shard of another size
-// (a stale index).
+// Where the index of `shard_url` is kept in a local folder of indexes
+// (LoaderOptions::index_dir) instead of beside the shard:
+// "<index_dir>/<shard name>.<xxh3-64 of the url>.idx".
+SHARDSTREAM_EXPORT std::string IndexCacheUrl(const std::string& index_dir,
+                                             const std::string& shard_url);
+// Reads "<shard_url>.idx", or with `index_dir` the copy kept there when there
+// is no sidecar. On failure returns NotFound when there is none, kCorrupt
+// when it is damaged or describes a shard of another size (a stale index).
 SHARDSTREAM_EXPORT Result<SampleIndex> ReadSampleIndex(const std::string& shard_url,
-                                                       Source* source = nullptr);
-// Writes "<shard_url>.idx" atomically.
+                                                       Source* source = nullptr,
+                                                       const std::string& index_dir = "");
+// Writes "<shard_url>.idx" atomically; with `index_dir`, IndexCacheUrl
+// there instead (the folder is made), leaving the shard's folder alone.
 SHARDSTREAM_EXPORT Status WriteSampleIndex(const SampleIndex& index, const std::string& shard_url,
-                                           Source* source = nullptr);
+                                           Source* source = nullptr,
+                                           const std::string& index_dir = "");
 
 }  // namespace shardstream
 

@@ -70,6 +70,9 @@ struct TarReaderOptions {
   size_t chunk_size = size_t{512} << 10;
   // Source used by the url-taking factories. Default: DefaultSource().
   Source* source = nullptr;
+  // OpenAt: where to look for the index after the sidecar (see
+  // ReadSampleIndex). Default: "".
+  std::string index_dir;
   // Record each sample in index() as it is read. A caller that never asks
   // for the index (the Loader) turns it off: no allocation per sample.
   bool build_index = true;

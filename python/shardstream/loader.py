@@ -110,7 +110,8 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
                    read_chunk: Union[int, str, None] = None, shard_queue: Optional[int] = None,
                    engine: Optional[str] = None, log_interval_s: Optional[float] = None,
                    direct_reads: bool = True,
-                   learn_sample_counts: bool = True, mode: str = "train",
+                   learn_sample_counts: bool = True, index_dir: Optional[str] = None,
+                   mode: str = "train",
                    node_local: bool = False, local_world_size: Optional[int] = None,
                    streams: Optional[Sequence[Mapping[str, Any]]] = None,
                    epoch_size: Optional[int] = None) -> Dict[str, Any]:
@@ -142,7 +143,8 @@ def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[
         "pinned": pinned, "error_policy": error_policy, "memory_budget": parse_size(memory_budget),
         "variable_bytes": parse_size(variable_bytes), "read_chunk": parse_size(read_chunk),
         "shard_queue": shard_queue, "engine": engine, "log_interval_s": log_interval_s,
-        "direct_reads": direct_reads, "learn_sample_counts": learn_sample_counts, "mode": mode,
+        "direct_reads": direct_reads, "learn_sample_counts": learn_sample_counts,
+        "index_dir": None if index_dir is None else os.fspath(index_dir), "mode": mode,
         "node_local": node_local, "local_world_size": local_world_size,
     }
     if cache_dir is not None:

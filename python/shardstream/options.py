@@ -108,6 +108,9 @@ OPTIONS: Tuple[Option, ...] = (
     Option("learn_sample_counts", "bool", True,
            "Without a manifest, learn sample counts from .idx sidecars (building them locally)",
            "learn_sample_counts", "learn_sample_counts"),
+    Option("index_dir", "str", None,
+           "Local folder for the indexes the loader builds, instead of beside the shards",
+           "index_dir", "index_dir"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

@@ -291,6 +291,8 @@ const std::vector<OptionRow>& OptionRows() {
        NoneOf},
       SS_SCALAR(epoch_size, int64_t),
       SS_SCALAR(learn_sample_counts, bool),
+      {"index_dir", [](LoaderOptions& o, py::handle v) { o.index_dir = v.cast<std::string>(); },
+       NoneOf},
       SS_SCALAR(rank, int),
       SS_SCALAR(world_size, int),
       SS_SCALAR(worker, int),

@@ -310,7 +310,7 @@ Status Loader::Impl::LoadTokenCounts() {
   for (size_t i = 0; i < out.size(); ++i) {
     const ShardEntry& e = manifest.shards[i];
     const std::string& url = e.resolved.empty() ? e.url : e.resolved;
-    auto index = ReadSampleIndex(url, opt.source);
+    auto index = ReadSampleIndex(url, opt.source, opt.index_dir);
     const bool local = !LocalPath(url).empty();
     if ((!index.ok() || !index->has_fields()) && local &&
         (index.ok() || index.status().code() == StatusCode::kNotFound ||
@@ -318,7 +318,7 @@ Status Loader::Impl::LoadTokenCounts() {
       TarReaderOptions t;
       t.source = opt.source;
       index = BuildSampleIndex(url, t);
-      if (index.ok()) (void)WriteSampleIndex(*index, url, opt.source);  // kept when it can be
+      if (index.ok()) (void)WriteSampleIndex(*index, url, opt.source, opt.index_dir);  // kept when it can be
     }
     if (!index.ok())
       return index.status().WithContext("loader: equal batches need every document's token count, "
@@ -656,6 +656,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   ResolveOptions ro;
   ro.source = options.source;
   ro.learn_counts = options.learn_sample_counts;
+  ro.index_dir = options.index_dir;
   if (options.streams.empty()) {
     SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, ResolveDataset(inputs, ro));
   } else {

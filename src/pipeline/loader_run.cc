@@ -93,6 +93,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   lc.tar.chunk_size = opt_.read_chunk;
   lc.tar.build_index = false;  // the plan already knows where samples are
   lc.tar.source = opt_.source;
+  lc.tar.index_dir = opt_.index_dir;
   lc.cache = opt_.cache.get();
   lc.ring = static_cast<size_t>(std::max<int64_t>(opt_.shard_queue, 1));
   lc.ring_bytes = RingBytes(opt_);

@@ -166,7 +166,7 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
         ++unknown;
         continue;
       }
-      auto index = ReadSampleIndex(url, o.source);
+      auto index = ReadSampleIndex(url, o.source, o.index_dir);
       const StatusCode code = index.ok() ? StatusCode::kOk : index.status().code();
       if (!index.ok() && code != StatusCode::kNotFound && code != StatusCode::kCorrupt) {
         // A transient or permission error must fail the loader, not make
@@ -194,7 +194,7 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
           continue;
         }
         ++built;
-        if (Status w = WriteSampleIndex(*index, url, o.source); !w.ok())
+        if (Status w = WriteSampleIndex(*index, url, o.source, o.index_dir); !w.ok())
           internal::Log().info("data set: could not keep the index of {} ({}); its sample count "
                                "is learned again next time",
                                RedactUrl(url), w.ToString());
@@ -213,12 +213,17 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
   work();
   for (auto& t : pool) t.join();
   SHARDSTREAM_RETURN_IF_ERROR(first_error);
-  if (built > 0)
+  if (built > 0 && o.index_dir.empty())
     // Said at warning level: files appear in the user's data folder.
     internal::Log().warn("data set: counted the samples of {} shards without an index and wrote "
                          "their <shard>.idx sidecars beside them (a manifest avoids this: "
-                         "shardstream manifest DIR --out DIR/manifest.jsonl)",
+                         "shardstream manifest DIR --out DIR/manifest.jsonl; index_dir= keeps "
+                         "them in another folder)",
                          built.load());
+  else if (built > 0)
+    internal::Log().info("data set: counted the samples of {} shards without an index and kept "
+                         "their indexes in {}",
+                         built.load(), o.index_dir);
   if (unknown > 0 && o.build_indexes)
     internal::Log().warn("data set: {} shards (remote, pipe: or presigned) have no index, so their sample counts are "
                          "unknown and ranks are balanced by shards, not samples; write a manifest "

@@ -5,7 +5,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "shardstream/decode.h"
@@ -219,10 +221,26 @@ void MakeIndexField(std::string_view name, uint64_t offset, std::string_view dat
 
 }  // namespace internal
 
-Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source) {
+std::string IndexCacheUrl(const std::string& index_dir, const std::string& shard_url) {
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(shard_url.data(), shard_url.size())));
+  std::string dir = index_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir + "/" + UrlBasename(shard_url) + "." + hash + ".idx";
+}
+
+Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source,
+                                    const std::string& index_dir) {
   Source* src = source ? source : DefaultSource().get();
   std::string idx_url = IndexUrlFor(shard_url);
-  SHARDSTREAM_ASSIGN_OR_RETURN(std::string data, ReadFileToString(*src, idx_url));
+  Result<std::string> read = ReadFileToString(*src, idx_url);
+  if (!read.ok() && read.status().code() == StatusCode::kNotFound && !index_dir.empty()) {
+    // The copy a loader kept in its folder of indexes (local files).
+    idx_url = IndexCacheUrl(index_dir, shard_url);
+    read = ReadFileToString(*DefaultSource(), idx_url);
+  }
+  SHARDSTREAM_ASSIGN_OR_RETURN(std::string data, std::move(read));
   SHARDSTREAM_ASSIGN_OR_RETURN(SampleIndex index, ParseSampleIndex(data, idx_url));
   auto info = src->Stat(shard_url);
   if (info.ok() && info->size != index.shard_size)
@@ -234,7 +252,17 @@ Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source
   return index;
 }
 
-Status WriteSampleIndex(const SampleIndex& index, const std::string& shard_url, Source* source) {
+Status WriteSampleIndex(const SampleIndex& index, const std::string& shard_url, Source* source,
+                        const std::string& index_dir) {
+  if (!index_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(LocalPath(index_dir).empty() ? index_dir
+                                                                     : LocalPath(index_dir), ec);
+    if (ec)
+      return Status(StatusCode::kIo, "index_dir " + index_dir + ": " + ec.message(), index_dir);
+    return WriteFileAtomic(*DefaultSource(), IndexCacheUrl(index_dir, shard_url),
+                           SerializeSampleIndex(index));
+  }
   Source* src = source ? source : DefaultSource().get();
   return WriteFileAtomic(*src, IndexUrlFor(shard_url), SerializeSampleIndex(index));
 }

@@ -300,7 +300,7 @@ Result<std::unique_ptr<TarReader>> TarReader::OpenAt(const std::string& url, int
   Source* source = SourceOf(options);
   SampleIndex loaded;
   if (index == nullptr) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(loaded, ReadSampleIndex(url, source));
+    SHARDSTREAM_ASSIGN_OR_RETURN(loaded, ReadSampleIndex(url, source, options.index_dir));
     index = &loaded;
   }
   int64_t n = static_cast<int64_t>(index->samples.size());

@@ -117,3 +117,25 @@ def test_a_state_resumes_over_the_same_shards_as_a_folder_manifest_or_pattern(tm
     with pytest.raises(shardstream.ConfigError,
                        match="has 4 shards and 100 samples, this one 3 shards and 75 samples"):
         next(iter(fewer))
+
+
+def test_index_dir_keeps_built_indexes_out_of_the_data_folder(tmp_path):
+    data, indexes = tmp_path / "data", tmp_path / "indexes"
+    with shardstream.ShardWriter(str(data), max_samples=40, manifest_name="") as w:
+        for i in range(200):
+            w.write({"__key__": f"d{i:04d}",
+                     "tokens.npy": np.arange(5 + i % 50, dtype=np.int32) + 1})
+    before = sorted(p.name for p in data.iterdir())
+    tokens = {"field": "tokens.npy", "seq_len": 32, "eod_token": 0}
+    counts = []
+    for rank in range(2):
+        # Equal batches over 2 ranks need every document's token count: the
+        # indexes are built (or read) for it, in index_dir.
+        ds = ShardDataset(str(data), batch_size=4, tokens=tokens, rank=rank, world_size=2,
+                          index_dir=str(indexes))
+        counts.append(sum(1 for _ in ds))
+        assert counts[-1] == len(ds)
+    assert counts[0] == counts[1] > 0
+    assert sorted(p.name for p in data.iterdir()) == before, "nothing written beside the shards"
+    kept = sorted(p.name for p in indexes.iterdir())
+    assert len(kept) == 5 and all(n.startswith("shard-") and n.endswith(".idx") for n in kept)
