@@ -139,3 +139,12 @@ def clean_aws_env(monkeypatch, **env):
             monkeypatch.delenv(k, raising=False)
         else:
             monkeypatch.setenv(k, v)
+
+
+def cli_dir():
+    """The directory of the `shardstream` command (the CMake build)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for d in (os.environ.get("SHARDSTREAM_BUILD", ""), os.path.join(root, "build")):
+        if d and os.access(os.path.join(d, "shardstream"), os.X_OK):
+            return d
+    pytest.fail("the shardstream command is not built (build/shardstream)")

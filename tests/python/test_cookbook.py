@@ -25,7 +25,7 @@ import sys
 
 import pytest
 
-from conftest import aws_metadata_server, moto_s3_server
+from conftest import aws_metadata_server, cli_dir, moto_s3_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -40,14 +40,6 @@ def recipes():
     with open(DOC) as f:
         text = f.read()
     return [m.groups() for m in RECIPE.finditer(text)]
-
-
-def cli_dir():
-    """The directory of the `shardstream` command (the CMake build)."""
-    for d in (os.environ.get("SHARDSTREAM_BUILD", ""), os.path.join(ROOT, "build")):
-        if d and os.access(os.path.join(d, "shardstream"), os.X_OK):
-            return d
-    pytest.fail("the shardstream command is not built (build/shardstream)")
 
 
 PLATFORM_SOURCE = {"eks": "AWS credentials from web identity",
