@@ -2,9 +2,10 @@
 # Builds the libFuzzer targets (clang, ASan+UBSan) in build-fuzz and runs,
 # each for a bounded time: the tar reader fuzzer, seeded from our own shards
 # (the golden bad shards and small shards made by GNU tar, bsdtar and
-# `shardstream pack` in every format and compression), then the image
-# decoding fuzzer, seeded with the test images (every colour mode of JPEG,
-# PNG and WebP, and the bad ones).
+# `shardstream pack` in every format and compression); the image decoding
+# fuzzer, seeded with the test images (every colour mode of JPEG, PNG and
+# WebP, and the bad ones); the field decoders (.npy, raw, labels, text,
+# JSON) and the .idx parser; the manifest parsers; the resume state parsers.
 #
 #   scripts/fuzz.sh [SECONDS]      (default 60, per fuzzer)
 #
@@ -21,7 +22,8 @@ if [[ ! -x "$build/tests/fuzz/tar_reader_fuzz" || ! -f "$build/build.ninja" ]]; 
     -DSHARDSTREAM_SANITIZE=address,undefined -DSHARDSTREAM_SHARED=OFF \
     -DSHARDSTREAM_BUILD_BENCHMARKS=OFF -DSHARDSTREAM_BUILD_PYTHON=OFF >/dev/null
 fi
-nice cmake --build "$build" -j2 --target tar_reader_fuzz image_decode_fuzz shardstream_cli
+nice cmake --build "$build" -j2 --target tar_reader_fuzz image_decode_fuzz field_decode_fuzz \
+  manifest_fuzz resume_state_fuzz shardstream_cli
 
 seeds="$build/fuzz-seeds/tar"
 if [[ ! -d "$seeds" ]]; then
@@ -71,3 +73,51 @@ mkdir -p "$image_corpus"
 "$build/tests/fuzz/image_decode_fuzz" "$image_corpus" "$image_seeds" \
   -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
   -artifact_prefix="$artifacts" -print_final_stats=1
+
+# Field decoders and the .idx parser: the first byte picks which
+# (field_decode_fuzz.cc); seeds are small valid and broken values of each.
+field_seeds="$build/fuzz-seeds/field"
+mkdir -p "$field_seeds"
+python3 - "$field_seeds" <<'PY'
+import io, struct, sys, os
+out = sys.argv[1]
+def npy(shape, dtype="<i4", body=None):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (dtype, shape)
+    header = header.ljust(118) + "\n"
+    n = 1
+    for d in shape: n *= d
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + (body or b"\x01" * (4 * n))
+seeds = {
+    "npy-1d": b"\x00" + npy((5,)), "npy-2d": b"\x01" + npy((2, 3)),
+    "npy-short": b"\x00" + npy((9,), body=b"\x01" * 7), "raw-i32": b"\x02" + b"\x01\x02\x03\x04" * 3,
+    "raw-f32": b"\x03" + b"\x00" * 32, "label": b"\x04" + b" 42\n", "label-bad": b"\x04-x",
+    "text": b"\x05caf\xc3\xa9", "text-bad": b"\x05ab\xc3", "json": b'\x06{"a": [1, 2.5, "x"], "b": null}',
+    "json-bad": b'\x06{"a": [1, 2,}', "json-deep": b"\x06" + b"[" * 600 + b"]" * 600,
+}
+for name, data in seeds.items():
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+PY
+idx_src="$(mktemp -d)"
+for f in "$seeds"/shard-00000[01].tar "$seeds"/pack.tar.zst; do
+  cp "$f" "$idx_src/" && "$build/shardstream" index "$idx_src/$(basename "$f")" >/dev/null &&
+    { printf '\007'; cat "$idx_src/$(basename "$f").idx"; } > "$field_seeds/idx-$(basename "$f")"
+done
+rm -rf "$idx_src"
+field_corpus="$build/fuzz-corpus/field"
+mkdir -p "$field_corpus"
+"$build/tests/fuzz/field_decode_fuzz" "$field_corpus" "$field_seeds" \
+  -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+
+# Manifests (JSON Lines, CSV, JSON) and resume states (JSON and binary).
+# A brace pattern may expand to 10,000,000 names (brace.cc), about 2 GB of
+# strings: the manifest fuzzer gets room for that.
+for target in manifest resume_state; do
+  seeds_dir="$root/tests/data/fuzz/$target"
+  corpus_dir="$build/fuzz-corpus/$target"
+  mkdir -p "$corpus_dir"
+  "$build/tests/fuzz/${target}_fuzz" "$corpus_dir" $([[ -d "$seeds_dir" ]] && echo "$seeds_dir") \
+    -max_total_time="$seconds" -rss_limit_mb=$([[ $target == manifest ]] && echo 4096 || echo 2048) \
+    -timeout=10 -max_len=65536 -artifact_prefix="$artifacts" -print_final_stats=1
+done

@@ -167,6 +167,10 @@ Result<DecodedField> DecodeField(std::string_view bytes, const FieldSpec& spec,
           const size_t at = e.byte > 0 ? std::min<size_t>(e.byte - 1, bytes.size()) : 0;
           return FieldError(ctx, at, "not valid JSON (decode \"string\" keeps the text): " +
                                          std::string(e.what()));
+        } catch (const nlohmann::json::exception& e) {
+          // Not a syntax error: a number beyond a double's range, say.
+          return FieldError(ctx, 0, "JSON that cannot be read (decode \"string\" keeps the "
+                                    "text): " + std::string(e.what()));
         }
         return FieldError(ctx, 0, "not valid JSON (decode \"string\" keeps the text)");
       }

@@ -163,6 +163,11 @@ TEST(DecodeTest, JsonIsCheckedToParseAndErrorsSayWhere) {
   EXPECT_EQ(bad.status().offset(), 1536 + 12);  // the '}' where a value should be
   EXPECT_FALSE(DecodeField("", FieldSpec{"meta.json"}, kCtx).ok());
   EXPECT_FALSE(DecodeField("{} {}", FieldSpec{"meta.json"}, kCtx).ok());
+  // Found by field_decode_fuzz: a number beyond a double's range is an error, not an abort.
+  auto huge = DecodeField("[1, 5" + std::string(400, '4') + "]", FieldSpec{"meta.json"}, kCtx);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(huge.status().message().find("number overflow"), std::string::npos) << huge.status();
   // The text as it is, when asked.
   auto text = DecodeField("{broken", FieldSpec{"meta.json", "", FieldDecode::kString}, kCtx);
   ASSERT_TRUE(text.ok());
