@@ -78,6 +78,48 @@ SHARDSTREAM_EXPORT Status VerifyCheckpoint(Source& source, const std::string& ck
 // The name in <dir>/latest, or NotFound.
 SHARDSTREAM_EXPORT Result<std::string> ReadLatestPointer(Source& source, const std::string& dir);
 
+// The manifest of checkpoint `name` at `step` holding `files` (sizes and
+// checksums) with the metadata JSON object, checked to parse back. A
+// directory of steps names them ckpt-<step>; a single checkpoint
+// (CommitSingleCheckpoint) is named after its directory, at step 0. On
+// failure returns kConfig naming what is wrong.
+SHARDSTREAM_EXPORT Result<CheckpointManifest> MakeCheckpointManifest(
+    std::string name, int64_t step, std::vector<CheckpointFile> files, std::string metadata_json);
+
+// Whether the checkpoint at ckpt_url is intact, by the one rule every reader
+// uses (RestoreLatest, `shardstream ckpt verify`, shardstream.dcp): its
+// manifest parses and names it, every file is there with its size, and
+// with `verify` its checksum; `required_file` (DCP's ".metadata"), when
+// given, is among the files. Returns the manifest; on failure NotFound,
+// kCorrupt or kChecksum naming the file.
+SHARDSTREAM_EXPORT Result<CheckpointManifest> CheckIntactCheckpoint(
+    Source& source, const std::string& ckpt_url, bool verify,
+    const std::string& required_file = "");
+
+struct NewestCheckpoint {
+  std::string url;                   // empty when none is intact
+  CheckpointManifest manifest;
+  std::vector<std::string> skipped;  // "name: reason", newest first
+};
+// The newest intact checkpoint of a directory of steps: the highest
+// ckpt-<step> that CheckIntactCheckpoint accepts. `latest` is not trusted
+// over it: a crash between a step's rename and the pointer's update leaves
+// `latest` behind an intact newer step, and it may name a damaged one. On
+// failure returns the listing's error.
+SHARDSTREAM_EXPORT Result<NewestCheckpoint> FindNewestIntact(Source& source, const std::string& dir,
+                                                             bool verify,
+                                                             const std::string& required_file = "");
+
+// Commits the complete directory tmp_url as one checkpoint at dest_url,
+// not a step of a directory (shardstream.dcp.Writer(path)): writes its
+// manifest (named after dest_url, step 0), syncs it, moves an older
+// checkpoint at dest_url aside, renames tmp_url onto dest_url, syncs the
+// parent and removes the old one. tmp_url must be a sibling of dest_url.
+// Returns the manifest; on failure the error, tmp_url left for the caller.
+SHARDSTREAM_EXPORT Result<CheckpointManifest> CommitSingleCheckpoint(
+    Source& source, const std::string& tmp_url, const std::string& dest_url,
+    std::vector<CheckpointFile> files, const std::string& metadata_json);
+
 // Holds a committed checkpoint against rotation while a process reads it: a
 // shared flock on its manifest.json, which a writer's rotation (in any
 // process on the machine, or over NFS) tries to take exclusively before it
@@ -224,6 +266,12 @@ class SHARDSTREAM_EXPORT CheckpointWriter {
   // `tmp_url` (a hidden sibling made by NewTempDir). Used by restore.
   Result<CheckpointManifest> CommitDirectory(const std::string& tmp_url,
                                              CheckpointManifest manifest);
+  // Commits the files a caller wrote and synced into `tmp_url` (made by
+  // NewTempDir; DCP's ranks) as ckpt-<step>: writes their manifest
+  // (MakeCheckpointManifest), then CommitDirectory.
+  Result<CheckpointManifest> CommitFiles(const std::string& tmp_url, int64_t step,
+                                         std::vector<CheckpointFile> files,
+                                         const std::string& metadata_json);
   // A fresh hidden temporary directory under dir().
   Result<std::string> NewTempDir(const std::string& tag);
 

@@ -394,28 +394,12 @@ def _remove_leftovers(parent: Path, name: str) -> None:
 
 
 def _commit_single(tmp: Path, path: Path, files: Sequence[tuple], md: Dict[str, Any]) -> Dict:
-    """Writer(path): manifest.json, then the directory renamed onto ``path`` (an older
-    checkpoint there moved aside first and removed after), each step synced."""
-    import time
-    manifest = {"format": "shardstream-checkpoint", "version": 1, "name": path.name, "step": 0,
-                "time_unix_ms": int(time.time() * 1000),
-                "files": [{"name": n, "size": s, "checksum": c} for n, s, c in files],
-                "metadata": md}
-    with open(tmp / MANIFEST_FILE, "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(tmp)
-    parent = path.parent
-    trash = None
-    if path.exists():
-        trash = parent / f"{_TRASH_PREFIX}{path.name}-{uuid.uuid4().hex[:12]}"
-        os.rename(path, trash)
-    os.rename(tmp, path)
-    _fsync_dir(parent)
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+    """Writer(path): the one checkpoint at ``path``, committed by the C++ rule
+    (CommitSingleCheckpoint: manifest synced, an older checkpoint there moved
+    aside, the directory renamed into place, the parent synced)."""
+    manifest = _core.commit_single_checkpoint(str(tmp), str(path), [tuple(f) for f in files],
+                                              json.dumps(md))
+    _logging.drain()
     return manifest
 
 
@@ -424,49 +408,18 @@ def _local_path(url: str) -> str:
 
 
 def _intact(ckpt: Path, verify: bool) -> Optional[str]:
-    """None when the checkpoint directory is intact, else why not."""
-    try:
-        with open(ckpt / MANIFEST_FILE) as f:
-            m = json.load(f)
-    except (OSError, ValueError) as e:
-        return f"no readable manifest ({e})"
-    for fe in m.get("files", []):
-        p = ckpt / fe["name"]
-        try:
-            size = p.stat().st_size
-        except OSError:
-            return f"{fe['name']} is missing"
-        if size != fe["size"]:
-            return f"{fe['name']} has {size} bytes, the manifest says {fe['size']}"
-        if verify and _hash_file(p)[1] != fe["checksum"]:
-            return f"{fe['name']} does not match its checksum"
-    if not any(fe["name"] == METADATA_FILE for fe in m.get("files", [])):
-        return "not a DCP checkpoint (no .metadata)"
-    return None
+    """None when the checkpoint directory is intact, else why not (CheckIntactCheckpoint,
+    the rule of RestoreLatest and `shardstream ckpt verify`, with DCP's .metadata required)."""
+    return _core.check_checkpoint(str(ckpt), verify, METADATA_FILE)
 
 
 def _newest_local(root: Path, verify: bool) -> tuple:
-    """(checkpoint dir or None, skipped reasons): `latest` first, then every ckpt-* newest
-    first."""
-    skipped = []
-    names = []
-    try:
-        latest = (root / "latest").read_text().strip()
-        names.append(latest)
-    except OSError:
-        pass
-    steps = []
-    if root.is_dir():
-        for p in root.iterdir():
-            if p.name.startswith("ckpt-") and p.is_dir() and p.name[5:].isdigit():
-                steps.append((int(p.name[5:]), p.name))
-    names += [n for _, n in sorted(steps, reverse=True) if n not in names]
-    for n in names:
-        why = _intact(root / n, verify)
-        if why is None:
-            return root / n, skipped
-        skipped.append(f"{n}: {why}")
-    return None, skipped
+    """(checkpoint dir or None, skipped reasons): the highest intact ckpt-* step, as
+    RestoreLatest chooses (FindNewestIntact; `latest` may lag or name a damaged one)."""
+    if not root.is_dir():
+        return None, []
+    url, skipped = _core.find_newest_checkpoint(str(root), verify, METADATA_FILE)
+    return (Path(url) if url is not None else None), list(skipped)
 
 
 def resolve(path: Union[str, os.PathLike], *, remote: Optional[str] = None,

@@ -28,6 +28,17 @@ namespace py = pybind11;
 namespace shardstream::python {
 namespace {
 
+// (name, size, checksum) tuples from Python.
+std::vector<CheckpointFile> FilesOf(const py::list& files) {
+  std::vector<CheckpointFile> out;
+  for (const py::handle& h : files) {
+    auto t = h.cast<py::tuple>();
+    out.push_back(CheckpointFile{t[0].cast<std::string>(), t[1].cast<uint64_t>(),
+                                 t[2].cast<std::string>()});
+  }
+  return out;
+}
+
 py::dict ManifestToDict(const CheckpointManifest& m) {
   py::dict d;
   d["step"] = m.step;
@@ -218,25 +229,9 @@ class PyCheckpointWriter {
   // rename, `latest`, upload, rotation).
   py::dict CommitDirectory(const std::string& tmp_url, int64_t step, const py::list& files,
                            const std::string& metadata_json) {
-    CheckpointManifest m;
-    m.step = step;
-    m.name = CheckpointName(step);
-    m.time_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-    m.metadata_json = metadata_json;
-    for (const py::handle& h : files) {
-      auto t = h.cast<py::tuple>();
-      m.files.push_back(CheckpointFile{t[0].cast<std::string>(), t[1].cast<uint64_t>(),
-                                       t[2].cast<std::string>()});
-    }
-    // The text must parse back as a manifest (names, checksums, metadata).
-    const std::string text = FormatCheckpointManifest(m);
-    ValueOrThrow(ParseCheckpointManifest(text, tmp_url));
-    Result<CheckpointManifest> r = Unlocked([&]() -> Result<CheckpointManifest> {
-      SHARDSTREAM_RETURN_IF_ERROR(
-          WriteFileAtomic(writer_->source(), JoinUrl(tmp_url, "manifest.json"), text));
-      return writer_->CommitDirectory(tmp_url, m);
+    std::vector<CheckpointFile> fs = FilesOf(files);
+    Result<CheckpointManifest> r = Unlocked([&] {
+      return writer_->CommitFiles(tmp_url, step, std::move(fs), metadata_json);
     });
     return ManifestToDict(ValueOrThrow(std::move(r)));
   }
@@ -260,6 +255,38 @@ class PyCheckpointWriter {
 }  // namespace
 
 void RegisterCheckpoint(py::module_& m) {
+  // The checkpoint rules shardstream.dcp uses, from the one home in C++.
+  m.def("commit_single_checkpoint",
+        [](const std::string& tmp_url, const std::string& dest_url, const py::list& files,
+           const std::string& metadata_json) {
+          std::vector<CheckpointFile> fs = FilesOf(files);
+          Result<CheckpointManifest> r = Unlocked([&] {
+            return CommitSingleCheckpoint(*DefaultSource(), tmp_url, dest_url, std::move(fs),
+                                          metadata_json);
+          });
+          return ManifestToDict(ValueOrThrow(std::move(r)));
+        },
+        py::arg("tmp_url"), py::arg("dest_url"), py::arg("files"), py::arg("metadata_json") = "{}");
+  m.def("check_checkpoint",
+        [](const std::string& url, bool verify, const std::string& required_file) -> py::object {
+          Result<CheckpointManifest> r = Unlocked(
+              [&] { return CheckIntactCheckpoint(*DefaultSource(), url, verify, required_file); });
+          if (r.ok()) return py::none();
+          return py::str(r.status().ToString());
+        },
+        py::arg("url"), py::arg("verify") = true, py::arg("required_file") = "");
+  m.def("find_newest_checkpoint",
+        [](const std::string& dir, bool verify, const std::string& required_file) {
+          Result<NewestCheckpoint> r = Unlocked(
+              [&] { return FindNewestIntact(*DefaultSource(), dir, verify, required_file); });
+          NewestCheckpoint n = ValueOrThrow(std::move(r));
+          py::list skipped;
+          for (const std::string& s : n.skipped) skipped.append(s);
+          return py::make_tuple(n.url.empty() ? py::object(py::none()) : py::object(py::str(n.url)),
+                                skipped);
+        },
+        py::arg("dir"), py::arg("verify") = true, py::arg("required_file") = "");
+
   py::class_<PySave>(m, "CheckpointSave", "One checkpoint save in progress (native).")
       .def("open_file", &PySave::OpenFile, py::arg("name"))
       .def("append", &PySave::Append, py::arg("data"))

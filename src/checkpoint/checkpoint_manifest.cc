@@ -80,7 +80,12 @@ Result<CheckpointManifest> ParseCheckpointManifest(std::string_view text, const 
   if (!doc.contains("step") || !doc["step"].is_number_integer()) return bad("missing step");
   m.step = doc["step"].get<int64_t>();
   m.name = doc.value("name", "");
-  if (m.name != CheckpointName(m.step)) return bad("name does not match step");
+  if (ParseCheckpointName(m.name) || m.name.rfind("ckpt-", 0) == 0) {
+    if (m.name != CheckpointName(m.step)) return bad("name does not match step");
+  } else if (!internal::ValidFileName(m.name) || m.name[0] == '.' || m.step != 0) {
+    // A single checkpoint (CommitSingleCheckpoint) is named after its directory.
+    return bad("name '" + m.name + "' is neither ckpt-<step> nor a single checkpoint's at step 0");
+  }
   m.time_unix_ms = doc.value("time_unix_ms", int64_t{0});
   if (!doc.contains("files") || !doc["files"].is_array()) return bad("missing files");
   for (const auto& f : doc["files"]) {
@@ -157,6 +162,62 @@ Status VerifyCheckpoint(Source& source, const std::string& ckpt_url, const Check
   for (const auto& f : m.files)
     SHARDSTREAM_RETURN_IF_ERROR(VerifyCheckpointFile(source, JoinUrl(ckpt_url, f.name), f, nullptr));
   return Status::OK();
+}
+
+Result<CheckpointManifest> MakeCheckpointManifest(std::string name, int64_t step,
+                                                  std::vector<CheckpointFile> files,
+                                                  std::string metadata_json) {
+  CheckpointManifest m;
+  m.name = std::move(name);
+  m.step = step;
+  m.time_unix_ms = internal::NowUnixMs();
+  m.files = std::move(files);
+  m.metadata_json = metadata_json.empty() ? "{}" : std::move(metadata_json);
+  auto back = ParseCheckpointManifest(FormatCheckpointManifest(m), m.name);
+  if (!back.ok()) return Status::Config(back.status().message());
+  return m;
+}
+
+Result<CheckpointManifest> CheckIntactCheckpoint(Source& source, const std::string& ckpt_url,
+                                                 bool verify, const std::string& required_file) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(source, ckpt_url));
+  if (!required_file.empty() && m.Find(required_file) == nullptr)
+    return Status(StatusCode::kCorrupt,
+                  "checkpoint " + RedactUrl(ckpt_url) + " has no " + required_file,
+                  RedactUrl(ckpt_url));
+  for (const CheckpointFile& f : m.files) {
+    const std::string url = JoinUrl(ckpt_url, f.name);
+    SHARDSTREAM_ASSIGN_OR_RETURN(FileInfo info, source.Stat(url));
+    if (static_cast<uint64_t>(info.size) != f.size)
+      return Status(StatusCode::kChecksum,
+                    RedactUrl(url) + ": size " + std::to_string(info.size) +
+                        ", manifest says " + std::to_string(f.size),
+                    RedactUrl(url));
+  }
+  if (verify) SHARDSTREAM_RETURN_IF_ERROR(VerifyCheckpoint(source, ckpt_url, m));
+  return m;
+}
+
+Result<NewestCheckpoint> FindNewestIntact(Source& source, const std::string& dir, bool verify,
+                                          const std::string& required_file) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto entries, source.List(dir));
+  std::vector<std::pair<int64_t, std::string>> steps;
+  for (const auto& e : entries)
+    if (auto step = ParseCheckpointName(UrlBasename(e.url)); step && e.is_dir)
+      steps.emplace_back(*step, e.url);
+  std::sort(steps.rbegin(), steps.rend());
+  NewestCheckpoint out;
+  for (const auto& [step, url] : steps) {
+    auto m = CheckIntactCheckpoint(source, url, verify, required_file);
+    if (!m.ok()) {
+      out.skipped.push_back(UrlBasename(url) + ": " + m.status().ToString());
+      continue;
+    }
+    out.url = url;
+    out.manifest = std::move(*m);
+    break;
+  }
+  return out;
 }
 
 Result<std::string> ReadLatestPointer(Source& source, const std::string& dir) {

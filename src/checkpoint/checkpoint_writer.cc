@@ -32,6 +32,15 @@ int64_t NowUnixMs() {
 
 namespace {
 
+Status RemoveTreeIn(Source& source, const std::string& url) {
+  auto entries = source.List(url);
+  if (!entries.ok()) return entries.status().code() == StatusCode::kNotFound ? Status::OK()
+                                                                           : entries.status();
+  for (const auto& e : *entries)
+    SHARDSTREAM_RETURN_IF_ERROR(e.is_dir ? RemoveTreeIn(source, e.url) : source.Remove(e.url));
+  return source.RemoveDir(url);
+}
+
 std::string RandomSuffix() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   std::ostringstream s;
@@ -122,13 +131,47 @@ void CheckpointWriter::Hook(std::string_view point) {
   if (options_.test_hook) options_.test_hook(point);
 }
 
-Status CheckpointWriter::RemoveTree(const std::string& url) {
-  auto entries = source_->List(url);
-  if (!entries.ok()) return entries.status().code() == StatusCode::kNotFound ? Status::OK()
-                                                                           : entries.status();
-  for (const auto& e : *entries)
-    SHARDSTREAM_RETURN_IF_ERROR(e.is_dir ? RemoveTree(e.url) : source_->Remove(e.url));
-  return source_->RemoveDir(url);
+Status CheckpointWriter::RemoveTree(const std::string& url) { return RemoveTreeIn(*source_, url); }
+
+Result<CheckpointManifest> CheckpointWriter::CommitFiles(const std::string& tmp_url, int64_t step,
+                                                         std::vector<CheckpointFile> files,
+                                                         const std::string& metadata_json) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(
+      CheckpointManifest m,
+      MakeCheckpointManifest(CheckpointName(step), step, std::move(files), metadata_json));
+  SHARDSTREAM_RETURN_IF_ERROR(WriteFileAtomic(*source_, JoinUrl(tmp_url, internal::kManifestName),
+                                              FormatCheckpointManifest(m)));
+  return CommitDirectory(tmp_url, std::move(m));
+}
+
+Result<CheckpointManifest> CommitSingleCheckpoint(Source& source, const std::string& tmp_url,
+                                                  const std::string& dest_url,
+                                                  std::vector<CheckpointFile> files,
+                                                  const std::string& metadata_json) {
+  const std::string parent = UrlDirname(dest_url), name = UrlBasename(dest_url);
+  if (UrlDirname(tmp_url) != parent)
+    return Status::Config("checkpoint: the temporary directory " + RedactUrl(tmp_url) +
+                          " is not beside " + RedactUrl(dest_url));
+  SHARDSTREAM_ASSIGN_OR_RETURN(CheckpointManifest m,
+                               MakeCheckpointManifest(name, 0, std::move(files), metadata_json));
+  const std::string context = "committing checkpoint " + RedactUrl(dest_url);
+  SHARDSTREAM_RETURN_IF_ERROR(WriteFileAtomic(source, JoinUrl(tmp_url, internal::kManifestName),
+                                              FormatCheckpointManifest(m))
+                                  .WithContext(context));
+  SHARDSTREAM_RETURN_IF_ERROR(source.SyncDir(tmp_url).WithContext(context));
+  std::string trash;
+  if (source.Stat(dest_url).ok()) {
+    // The older checkpoint goes aside first, and only once the new one is in place.
+    trash = JoinUrl(parent, internal::kTrashPrefix + name + "-" + RandomSuffix());
+    SHARDSTREAM_RETURN_IF_ERROR(source.Rename(dest_url, trash).WithContext(context));
+  }
+  SHARDSTREAM_RETURN_IF_ERROR(source.Rename(tmp_url, dest_url).WithContext(context));
+  SHARDSTREAM_RETURN_IF_ERROR(source.SyncDir(parent).WithContext(context));
+  if (!trash.empty()) {
+    Status s = RemoveTreeIn(source, trash);
+    if (!s.ok()) internal::Log().warn("checkpoint: cannot remove {}: {}", RedactUrl(trash), s.ToString());
+  }
+  return m;
 }
 
 Result<std::string> CheckpointWriter::NewTempDir(const std::string& tag) {

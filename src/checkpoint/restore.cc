@@ -57,29 +57,19 @@ Result<RestoreResult> CheckpointWriter::RestoreLatest(const RestoreOptions& o) {
     r.skipped.push_back(name + ": " + why.ToString());
   };
   auto try_local = [&]() -> bool {
-    auto entries = source_->List(dir_);
-    if (!entries.ok()) {
-      skip(RedactUrl(dir_), entries.status());
+    auto newest = FindNewestIntact(*source_, dir_, o.verify);
+    if (!newest.ok()) {
+      skip(RedactUrl(dir_), newest.status());
       return false;
     }
-    std::vector<std::pair<int64_t, std::string>> ckpts;
-    for (const auto& e : *entries)
-      if (auto step = ParseCheckpointName(UrlBasename(e.url)); step && e.is_dir)
-        ckpts.emplace_back(*step, e.url);
-    std::sort(ckpts.rbegin(), ckpts.rend());
-    for (const auto& [step, url] : ckpts) {
-      auto m = ReadCheckpointManifest(*source_, url);
-      Status s = m.status();
-      if (m.ok() && o.verify) s = VerifyCheckpoint(*source_, url, *m);
-      if (!s.ok()) {
-        skip(UrlBasename(url), s);
-        continue;
-      }
-      r.manifest = std::move(*m);
-      r.url = url;
-      return true;
+    for (const std::string& why : newest->skipped) {
+      internal::Log().warn("restore: skipping checkpoint {}", why);
+      r.skipped.push_back(why);
     }
-    return false;
+    if (newest->url.empty()) return false;
+    r.manifest = std::move(newest->manifest);
+    r.url = std::move(newest->url);
+    return true;
   };
   auto try_remote = [&]() -> bool {
     std::shared_ptr<Source> rs = o.remote_source ? o.remote_source : DefaultSource();

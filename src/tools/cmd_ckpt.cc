@@ -43,7 +43,13 @@ struct Args {
 
 int Ls(const Args& a) {
   Source& src = *DefaultSource();
-  auto list = a.is_remote ? ListRemoteCheckpoints(src, a.dir) : ListCheckpoints(src, a.dir);
+  // A single checkpoint (shardstream.dcp.Writer(path)) is listed as itself.
+  auto single = a.is_remote ? Result<CheckpointManifest>(Status::NotFound(""))
+                            : ReadCheckpointManifest(src, a.dir);
+  auto list = single.ok() ? Result<std::vector<CheckpointManifest>>(
+                                std::vector<CheckpointManifest>{*single})
+              : a.is_remote ? ListRemoteCheckpoints(src, a.dir)
+                            : ListCheckpoints(src, a.dir);
   if (!list.ok()) return Fail(list.status(), a.json);
   auto latest = ReadLatestPointer(src, a.dir);
   if (a.json) {
@@ -68,8 +74,12 @@ int Ls(const Args& a) {
 int Verify(const Args& a) {
   Source& src = *DefaultSource();
   std::vector<std::string> names;
+  const bool single = !a.is_remote && a.name.empty() &&
+                      src.Stat(JoinUrl(a.dir, "manifest.json")).ok();
   if (!a.name.empty()) {
     names.push_back(a.name);
+  } else if (single) {
+    names.push_back("");  // DIR is one checkpoint (shardstream.dcp.Writer(path))
   } else {
     auto entries = src.List(a.dir);
     if (!entries.ok()) return Fail(entries.status(), a.json);
@@ -79,17 +89,22 @@ int Verify(const Args& a) {
   json out = json::array();
   int bad = 0;
   for (const auto& n : names) {
-    std::string url = JoinUrl(a.dir, n);
-    auto m = a.is_remote ? ReadRemoteCommitted(src, a.dir, n) : ReadCheckpointManifest(src, url);
-    Status s = m.status();
-    if (m.ok()) s = VerifyCheckpoint(src, url, *m);
+    std::string url = n.empty() ? a.dir : JoinUrl(a.dir, n);
+    Status s;
+    if (a.is_remote) {
+      auto m = ReadRemoteCommitted(src, a.dir, n);
+      s = m.ok() ? VerifyCheckpoint(src, url, *m) : m.status();
+    } else {
+      s = CheckIntactCheckpoint(src, url, /*verify=*/true).status();  // the readers' rule
+    }
     if (!s.ok()) ++bad;
     if (a.json) {
-      json j = {{"name", n}, {"ok", s.ok()}};
+      json j = {{"name", n.empty() ? UrlBasename(a.dir) : n}, {"ok", s.ok()}};
       if (!s.ok()) j["error"] = s.ToString();
       out.push_back(j);
     } else {
-      std::cout << n << ": " << (s.ok() ? "ok" : s.ToString()) << "\n";
+      std::cout << (n.empty() ? UrlBasename(a.dir) : n) << ": " << (s.ok() ? "ok" : s.ToString())
+                << "\n";
     }
   }
   if (a.json) std::cout << out.dump(1) << "\n";

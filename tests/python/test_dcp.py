@@ -308,6 +308,54 @@ def test_one_process_path_and_root_forms_and_plain_dcp_reads_them(tmp_path):
     sdcp.close_all()
 
 
+def test_every_checkpoint_dcp_writes_passes_the_command_line_and_both_readers_agree(tmp_path):
+    # One home for the checkpoint rules: what shardstream.dcp commits, the
+    # command line verifies and lists, and dcp.Reader and the C++ restore
+    # choose the same step when `latest` and the intact steps disagree.
+    import subprocess
+    import torch.distributed.checkpoint as dcp
+    from shardstream import dcp as sdcp
+    from conftest import cli_dir
+
+    def ckpt(*args):
+        return subprocess.run([os.path.join(cli_dir(), "shardstream"), "ckpt", *map(str, args)],
+                              capture_output=True, text=True, timeout=60)
+
+    sd = {"w": torch.randn(50, 3), "n": torch.arange(4)}
+    one = tmp_path / "one"
+    dcp.save(sd, storage_writer=sdcp.Writer(one), no_dist=True)
+    for args in (("verify", tmp_path, "one"), ("verify", one)):
+        r = ckpt(*args)
+        assert r.returncode == 0 and "one: ok" in r.stdout, (args, r.stdout, r.stderr)
+    r = ckpt("ls", one)
+    assert r.returncode == 0 and r.stdout.startswith("one  step 0  ") and "files" in r.stdout
+    raw = bytearray((one / "__0_0.distcp").read_bytes())
+    raw[10] ^= 0xFF
+    (one / "__0_0.distcp").write_bytes(bytes(raw))
+    r = ckpt("verify", one)
+    assert r.returncode != 0 and "__0_0.distcp" in r.stdout and "checksum" in r.stdout
+
+    root = tmp_path / "root"
+    for step in (1, 2, 3):
+        dcp.save(sd, storage_writer=sdcp.Writer(root, step=step, keep_last=5), no_dist=True)
+    sdcp.close_all()
+    r = ckpt("verify", root)
+    assert r.returncode == 0 and r.stdout.count(": ok") == 3, r.stdout
+    assert ckpt("ls", root).stdout.count("step ") == 3
+    # `latest` lags behind an intact newer step (a crash before it moved),
+    # and the newest step is damaged: both readers take step 2.
+    (root / "latest").write_text("ckpt-000001\n")
+    (root / "ckpt-000003" / ".metadata").write_bytes(b"truncated")
+    assert sdcp.Reader(root).checkpoint.name == "ckpt-000002"
+    from shardstream import _core
+    native = _core.CheckpointWriter(str(root), 5, 0, "")
+    restored = native.restore_latest(True)
+    assert restored["url"].rstrip("/").endswith("ckpt-000002"), restored
+    assert any("ckpt-000003" in why for why in restored["skipped"])
+    del native
+    sdcp.close_all()
+
+
 def test_bad_arguments_and_an_empty_root_are_clear_errors(tmp_path):
     from shardstream import dcp as sdcp
     from shardstream.errors import ConfigError
