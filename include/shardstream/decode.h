@@ -29,7 +29,7 @@
 
 #include "shardstream/dtype.h"
 #include "shardstream/export.h"
-#include "shardstream/image.h"
+#include "shardstream/image_spec.h"
 #include "shardstream/result.h"
 
 namespace shardstream {

@@ -13,6 +13,7 @@
 
 #include <pybind11/stl.h>
 
+#include "shardstream/image.h"
 #include "shardstream/shard_cache.h"
 #include "status_to_exception.h"
 

@@ -1,6 +1,7 @@
 // Loader: plans the epoch, owns the per-epoch LoaderRun (threads start at
 // the first next()), tracks what the caller received for exactly-once
 // resume, and keeps the statistics.
+#include "shardstream/image.h"
 #include "shardstream/loader.h"
 
 #include <algorithm>

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "format/decode_error.h"
 #include "pipeline/wait_histogram.h"
+#include "shardstream/image.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {

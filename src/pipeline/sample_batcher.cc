@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "format/decode_error.h"
+#include "shardstream/image.h"
 
 using shardstream::internal::FieldError;
 
