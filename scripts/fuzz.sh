@@ -2,9 +2,9 @@
 # Builds the libFuzzer targets (clang, ASan+UBSan) in build-fuzz and runs,
 # each for a bounded time: the tar reader fuzzer, seeded from our own shards
 # (the golden bad shards and small shards made by GNU tar, bsdtar and
-# `shardstream pack` in every format and compression); the image decoding
-# fuzzer, seeded with the test images (every colour mode of JPEG, PNG and
-# WebP, and the bad ones); the field decoders (.npy, raw, labels, text,
+# `shardstream pack` in every format and compression, and document groups);
+# the image decoding fuzzer, seeded with the test images (every colour mode
+# of JPEG, PNG and WebP, and the bad ones); the field decoders (.npy, raw, labels, text,
 # JSON) and the .idx parser; the manifest parsers; the resume state parsers.
 #
 #   scripts/fuzz.sh [SECONDS]      (default 60, per fuzzer)
@@ -47,6 +47,17 @@ if [[ ! -d "$seeds" ]]; then
   "$build/shardstream" pack "$src/d" "$src/packed-zstd" --compress zstd >/dev/null
   cp "$src"/packed/*.tar "$seeds/"
   cp "$src"/packed-zstd/shard-000000.tar.zst "$seeds/pack.tar.zst"
+fi
+
+# Document groups (docs/shards.md) as convert writes them, with their
+# per-document index.
+if [[ ! -f "$seeds/groups.tar" ]]; then
+  grp="$(mktemp -d)"
+  "$build/shardstream" bench-loader --make-tokens "$grp/g" --layout compact --count 300 \
+    --mean-tokens 40 --tokens tokens.npy --batch-size 2 --seq-len 64 --runs 1 >/dev/null
+  cp "$grp/g/shard-000000.tar" "$seeds/groups.tar"
+  cp "$grp/g/shard-000000.tar.idx" "$seeds/groups.tar.idx"
+  rm -rf "$grp"
 fi
 
 # Skips are logged at warning level; the fuzzer would drown in them.

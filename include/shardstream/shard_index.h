@@ -39,7 +39,19 @@ struct SampleIndexField {
   uint64_t payload = 0;   // .npy: offset of the values (after the header)
   uint64_t count = 0;     // .npy: number of values
   uint64_t header_hash = 0;  // .npy: XXH3-64 of its header, [offset, payload)
+  uint16_t flags = 0;        // kIndexField* bits
 };
+
+// SampleIndexField::flags. A document of a group (several documents in one
+// array, docs/shards.md): its values lie in the group's array member, and
+// header_hash is that array's .npy header's. The field is its values alone
+// (offset == payload) ...
+inline constexpr uint16_t kIndexFieldGrouped = 1;
+// ... but for the group's first document, whose field starts at the
+// array's .npy header (payload - offset: the header's length) and whose
+// sample starts at the group's first header, where a reader opened at a
+// later document of the group begins.
+inline constexpr uint16_t kIndexFieldGroupStart = 2;
 
 struct SampleIndex {
   uint64_t shard_size = 0;  // bytes of the shard file the index describes

@@ -75,7 +75,10 @@ class SHARDSTREAM_EXPORT ShardWriter {
   // returns kConfig for a key or field name that a reader would split
   // differently or reject (empty, absolute, "..", a dot in the key's
   // basename, a '/' in a field name, duplicate fields), or an I/O error;
-  // after an I/O error the writer is unusable.
+  // after an I/O error the writer is unusable. A document group (a sample
+  // with doc_offsets.npy, docs/shards.md) is checked as readers check it
+  // (kConfig when broken) and counted as its documents: the manifest's
+  // nsamples and the index list each document, as readers give them.
   virtual Status Write(const Sample& sample) = 0;
   // Finishes the last shard, syncs the directory and writes the manifest.
   virtual Status Close() = 0;

@@ -73,6 +73,10 @@ struct TarReaderOptions {
   // OpenAt: where to look for the index after the sidecar (see
   // ReadSampleIndex). Default: "".
   std::string index_dir;
+  // Hand out each document of a document group (a sample with a
+  // doc_offsets.npy field, docs/shards.md) as a sample of its own; false
+  // returns groups as they are stored. Default: true.
+  bool document_groups = true;
   // Record each sample in index() as it is read. A caller that never asks
   // for the index (the Loader) turns it off: no allocation per sample.
   bool build_index = true;

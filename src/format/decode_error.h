@@ -18,6 +18,10 @@ inline Status FieldError(const FieldContext& ctx, uint64_t at, std::string_view 
                 static_cast<int64_t>(ctx.offset + at));
 }
 
+// Offset of the first byte of `s` that is not valid UTF-8 (overlong forms,
+// surrogates and values past U+10FFFF included), or npos.
+size_t FindInvalidUtf8(std::string_view s);
+
 // For a required field named by one image extension that a sample lacks:
 // how to name images stored in several formats ("" for other names).
 inline std::string ImageAlternativesHint(std::string_view name) {

@@ -15,10 +15,15 @@ namespace {
 constexpr size_t kWindow = size_t{256} << 10;
 constexpr size_t kMaxWindow = size_t{64} << 20;
 
-// Skips the samples before a range.
+// Skips the samples before a range, noting where the group of the first
+// one (if it is a document of a group) has its headers.
 struct SkipSink {
+  const std::string& field;
+  DirectRange::Group* group;
   bool Sample(uint64_t, const IndexSampleRecord&) { return true; }
-  void Field(uint64_t, uint32_t, const IndexFieldRecord&) {}
+  void Field(uint64_t, uint32_t, const IndexFieldRecord& f) {
+    if ((f.flags & kIndexFieldGroupStart) != 0 && f.name == field) group->Start(f);
+  }
 };
 
 // Fills a chunk with the records of the samples it walks, up to `max_docs`
@@ -26,8 +31,8 @@ struct SkipSink {
 // directly ends the chunk before it, with the reason in `why`.
 class ChunkSink {
  public:
-  ChunkSink(DirectShard* s, size_t max_docs, size_t max_keys)
-      : s_(s), max_docs_(max_docs), max_keys_(max_keys) {}
+  ChunkSink(DirectShard* s, size_t max_docs, size_t max_keys, DirectRange::Group* group)
+      : s_(s), max_docs_(max_docs), max_keys_(max_keys), group_(group) {}
   size_t count = 0;  // records filled
   std::string why;   // set: the sample after them cannot be read directly
 
@@ -55,6 +60,23 @@ class ChunkSink {
     if (found_ || !why.empty() || f.name != s_->field) return;
     found_ = true;
     DirectShard::Doc& d = s_->docs[count - 1];
+    if ((f.flags & kIndexFieldGrouped) != 0) {
+      // A document of a group: the headers checked with it are its
+      // group's array's, which the group's first document's record places.
+      if ((f.flags & kIndexFieldGroupStart) != 0) group_->Start(f);
+      if (!group_->known || f.dtype != s_->dtype ||
+          group_->head + kTarBlock > kDirectMaxHeaders) {
+        Missing(i);
+        return;
+      }
+      d.field = group_->field;
+      d.group_head = group_->head;
+      d.payload = f.payload;
+      d.count = f.count;
+      d.header_hash = group_->hash;
+      return;
+    }
+    d.group_head = 0;
     if (f.ndim != 1 || f.dtype != s_->dtype || f.payload - f.offset + kTarBlock > kDirectMaxHeaders ||
         f.offset < d.offset + kTarBlock) {
       Missing(i);
@@ -73,15 +95,18 @@ class ChunkSink {
 
  private:
   // Sample i cannot be read directly: the chunk ends before it.
-  bool Missing(uint64_t i) {
-    why = "sample " + std::to_string(i) + " has no 1-D " + std::string(DTypeName(s_->dtype)) +
-          " field '" + s_->field + "' with headers of at most 4 KiB by its index";
+  bool Missing(uint64_t i, const std::string& what = "") {
+    why = "sample " + std::to_string(i) +
+          (what.empty() ? " has no 1-D " + std::string(DTypeName(s_->dtype)) + " field '" +
+                              s_->field + "' with headers of at most 4 KiB by its index"
+                        : " " + what);
     count = static_cast<size_t>(static_cast<int64_t>(i) - s_->first);
     s_->keys.resize(count == 0 ? 0 : s_->docs[count - 1].key_at + s_->docs[count - 1].key_len);
     return false;
   }
   DirectShard* s_;
   size_t max_docs_, max_keys_;
+  DirectRange::Group* group_;
   bool found_ = false;  // the current sample's field
 };
 
@@ -116,7 +141,7 @@ Result<std::unique_ptr<DirectRange>> DirectRange::Open(const std::string& url,
   r->window_bytes_ = kWindow;
   r->records_end_ = records_end;
   r->walk_.OpenWindowed(h, records_begin, records_end, r->index_url_);
-  SkipSink skip;
+  SkipSink skip{field, &r->group_};
   SHARDSTREAM_RETURN_IF_ERROR(r->WalkTo(&skip, static_cast<uint64_t>(first)));
   r->shard_ = std::move(shard);
   r->field_ = field;
@@ -177,7 +202,7 @@ Result<std::shared_ptr<const DirectShard>> DirectRange::Next(
   const size_t max_docs = std::max<size_t>(1, max_bytes / 2 / sizeof(DirectShard::Doc));
   s->docs.resize(max_docs);
   s->keys.clear();
-  ChunkSink sink(s.get(), max_docs, static_cast<size_t>(max_bytes / 2));
+  ChunkSink sink(s.get(), max_docs, static_cast<size_t>(max_bytes / 2), &group_);
   SHARDSTREAM_RETURN_IF_ERROR(WalkTo(&sink, static_cast<uint64_t>(end_)));
   sink.Done();
   s->docs.resize(sink.count);

@@ -11,6 +11,7 @@
 #ifndef SHARDSTREAM_TAR_DIRECT_RANGE_H_
 #define SHARDSTREAM_TAR_DIRECT_RANGE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +48,21 @@ class SHARDSTREAM_EXPORT DirectRange {
   Result<std::shared_ptr<const DirectShard>> Next(uint64_t max_bytes,
                                                   const std::shared_ptr<DirectRecycler>& recycler);
   int64_t next() const { return next_; }
+
+  // The document group the walk is in (docs/shards.md): where its array's
+  // data starts, its .npy header's length and hash, from the record of its
+  // first document.
+  struct Group {
+    uint64_t field = 0, hash = 0;
+    uint32_t head = 0;
+    bool known = false;
+    void Start(const IndexFieldRecord& f) {
+      field = f.offset;
+      hash = f.header_hash;
+      head = static_cast<uint32_t>(std::min<uint64_t>(f.payload - f.offset, UINT32_MAX));
+      known = true;
+    }
+  };
   int64_t end() const { return end_; }
   // The shard mapped in memory: the chunks from Next() on carry the view,
   // and their documents are copied from it rather than read (DirectShard).
@@ -73,6 +89,7 @@ class SHARDSTREAM_EXPORT DirectRange {
   DType dtype_ = DType::kInt32;
   int64_t next_ = 0, end_ = 0;
   Status why_;  // why the samples from next_ on cannot be read directly
+  Group group_;
 };
 
 }  // namespace shardstream::internal

@@ -138,17 +138,26 @@ size_t DirectReads::Keep(const DirectDoc& doc) {
     if (keep_[i - 1] == doc.shard) return i - 1;
   keep_.push_back(doc.shard);
   if (pieces_.size() < keep_.size()) pieces_.emplace_back();
+  group_checked_.resize(keep_.size());
+  group_checked_.back() = 0;
   return keep_.size() - 1;
 }
 
 void DirectReads::AddCheck(const DirectDoc& doc) {
   const size_t slot = Keep(doc);
   const DirectShard::Doc& d = doc.doc();
+  if (d.group_head > 0) {
+    // A group's headers, once for the run of its documents in this batch.
+    if (group_checked_[slot] == d.field + 1) return;
+    group_checked_[slot] = d.field + 1;
+  }
   // In place: a Piece built aside is stored, then reloaded whole to copy it
   // (a stalled store forward, half of this function).
   Piece& p = pieces_[slot].emplace_back();
   p.offset = d.field - kTarBlock;
-  p.len = static_cast<uint32_t>(d.payload - p.offset);  // at most kMaxHeaders (ChunkSink)
+  // At most kMaxHeaders (ChunkSink).
+  p.len = static_cast<uint32_t>(d.group_head > 0 ? kTarBlock + d.group_head
+                                                 : d.payload - p.offset);
   p.head = p.len;
   p.doc = static_cast<uint32_t>(doc.sample - doc.shard->first);
   ++count_;
@@ -297,6 +306,7 @@ Status DirectReads::Check(const DirectShard& s, const Piece& p, const char* h) c
   const int64_t sample = s.first + p.doc;
   const DirectShard::Doc& d = s.doc(sample);
   const std::string_view key = s.key(sample);
+  if (d.group_head > 0) return CheckGroup(s, p, h);
   const uint64_t size = d.payload - d.field + d.count * DTypeSize(s.dtype);
   // What placing the values relies on: a file of that size and name there.
   // (The header's checksum only tells a damaged header from another one.)
@@ -322,6 +332,38 @@ Status DirectReads::Check(const DirectShard& s, const Piece& p, const char* h) c
                              FieldContext{key, s.field, s.url, d.field}, &payload);
   if (!npy.ok()) return npy.status();
   return Mismatch(s, d.field, sample, "its .npy header differs from the indexed one");
+}
+
+Status DirectReads::CheckGroup(const DirectShard& s, const Piece& p, const char* h) const {
+  // The group's array member: an intact header (checked whole: this runs
+  // once for a run of the group's documents) of a file whose name ends in
+  // the field's, that holds the document's values, with the .npy header
+  // indexed (its hash covers the array's shape). The documents' own keys
+  // are not in the tar.
+  const int64_t sample = s.first + p.doc;
+  const DirectShard::Doc& d = s.doc(sample);
+  if (!ChecksumMatches(h))
+    return Mismatch(s, p.offset, sample, "no intact tar header there (bad checksum)");
+  const char type = h[Ustar::kTypeflag];
+  const auto size = ParseNumber(h + Ustar::kSize, Ustar::kSizeLen);
+  const uint64_t end = d.payload + d.count * DTypeSize(s.dtype);
+  const bool file = (type == '0' || type == '\0' || type == '7') && size && end >= d.field &&
+                    *size >= end - d.field;
+  const std::string_view name = FieldString(h + Ustar::kName, Ustar::kNameLen);
+  const bool long_name = name.size() == Ustar::kNameLen || h[Ustar::kPrefix] != '\0';
+  const bool named = long_name || (name.size() > s.field.size() &&
+                                   name.substr(name.size() - s.field.size()) == s.field &&
+                                   name[name.size() - s.field.size() - 1] == '.');
+  if (!file || !named) {
+    if (!file)
+      return Mismatch(s, p.offset, sample,
+                      "the tar header is not that of a file holding the document's values "
+                      "(its group's array)");
+    return Mismatch(s, p.offset, sample, "the member there is not a ." + s.field + " array");
+  }
+  const size_t npy_len = static_cast<size_t>(p.head) - kTarBlock;
+  if (XXH3_64bits(h + kTarBlock, npy_len) == d.header_hash) return Status::OK();
+  return Mismatch(s, d.field, sample, "its group's .npy header differs from the indexed one");
 }
 
 void DirectReads::Clear() {

@@ -37,7 +37,7 @@ class DirectRecycler;
 constexpr uint64_t kDirectMaxHeaders = 4096 + 512;
 
 // What direct reads keep of a shard's index for a run of samples (a chunk
-// of a range): 56 bytes and the key per sample. Shared by the lane's
+// of a range): 64 bytes and the key per sample. Shared by the lane's
 // consumer and every document placed from it; the shard's file closes (and
 // a cache entry is unpinned) with the last chunk of it.
 struct SHARDSTREAM_EXPORT DirectShard {
@@ -47,6 +47,10 @@ struct SHARDSTREAM_EXPORT DirectShard {
     uint64_t payload = 0, count = 0;  // its values: offset and number
     uint64_t header_hash = 0;         // of its .npy header
     uint32_t key_at = 0, key_len = 0;  // in keys
+    // A document of a group (docs/shards.md): its group's array's .npy
+    // header length, `field` that array's data offset, `header_hash` its
+    // header's; 0 for a document alone in its member.
+    uint32_t group_head = 0;
   };
   DirectShard() = default;
   DirectShard(const DirectShard&) = delete;
@@ -124,6 +128,7 @@ class DirectReads {
   void Clear();
   friend void swap(DirectReads& a, DirectReads& b) noexcept {
     a.keep_.swap(b.keep_);
+    a.group_checked_.swap(b.group_checked_);
     a.pieces_.swap(b.pieces_);
     std::swap(a.count_, b.count_);
     a.jobs_.swap(b.jobs_);
@@ -149,10 +154,16 @@ class DirectReads {
   size_t Keep(const DirectDoc& doc);
   // `h`: the piece's headers as read.
   Status Check(const DirectShard& s, const Piece& p, const char* h) const;
+  // Check for a document of a group: its group's headers.
+  Status CheckGroup(const DirectShard& s, const Piece& p, const char* h) const;
   // RunJob for a mapped shard: each piece copied from memory.
   Status CopyJob(const DirectShard& s, const std::vector<Piece>& v, const Job& job) const;
 
   std::vector<std::shared_ptr<const DirectShard>> keep_;  // the shards in use, by slot
+  // Each slot's group whose headers were checked last (its array's data
+  // offset + 1; 0: none): a group's documents come one after the other, and
+  // its headers are read and checked once for them.
+  std::vector<uint64_t> group_checked_;
   // Each slot's pieces: they come in by shard, so planning gathers nothing.
   // Every vector keeps its capacity for the batches after.
   std::vector<std::vector<Piece>> pieces_;

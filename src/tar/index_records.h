@@ -13,6 +13,7 @@
 
 #include "shardstream/dtype.h"
 #include "shardstream/export.h"
+#include "shardstream/shard_index.h"
 #include "shardstream/source.h"
 #include "shardstream/status.h"
 
@@ -38,6 +39,7 @@ struct IndexFieldRecord {
   int32_t ndim = -1;
   DType dtype = DType::kUint8;
   uint64_t payload = 0, count = 0, header_hash = 0;
+  uint16_t flags = 0;
 };
 
 // kCorrupt for the index file at `url` (redacted), at byte `at`.
@@ -179,17 +181,23 @@ class IndexWalker {
         at = end_ - c_.left();
         IndexFieldRecord f;
         uint32_t namelen = 0;
-        uint8_t ndim = 0, dtype = 0, pad = 0;
+        uint8_t ndim = 0, dtype = 0, flags0 = 0, flags1 = 0;
         if (c_.left() < 48 || !c_.Get32(&namelen) || !c_.GetView(namelen, &f.name) ||
             !c_.Get64(&f.offset) || !c_.Get64(&f.size) || !c_.Get8(&ndim) || !c_.Get8(&dtype) ||
-            !c_.Get8(&pad) || !c_.Get8(&pad) || !c_.Get64(&f.payload) || !c_.Get64(&f.count) ||
-            !c_.Get64(&f.header_hash))
+            !c_.Get8(&flags0) || !c_.Get8(&flags1) || !c_.Get64(&f.payload) ||
+            !c_.Get64(&f.count) || !c_.Get64(&f.header_hash))
           return IndexRecordError(url, "truncated at a field of sample " + std::to_string(i_), at);
         f.ndim = ndim == 0xff ? -1 : ndim;
         f.dtype = static_cast<DType>(dtype);
+        f.flags = static_cast<uint16_t>(flags0 | (flags1 << 8));
         const bool inside =
             f.offset >= e.offset && f.offset <= prev_end_ && f.size <= prev_end_ - f.offset;
         bool ok = inside && (f.ndim == -1 || f.ndim <= kMaxDims);
+        // A grouped document's field is its values alone (tar/doc_group.h).
+        if (f.flags != 0)
+          ok = ok && (f.flags & ~(kIndexFieldGrouped | kIndexFieldGroupStart)) == 0 &&
+               (f.flags & kIndexFieldGrouped) != 0 && f.ndim == 1 &&
+               ((f.flags & kIndexFieldGroupStart) != 0 || f.payload == f.offset);
         if (ok && f.ndim >= 0) {
           // The values fill the field's data after the header, exactly. (A
           // multiplication, not a division: this runs for every field.)

@@ -57,7 +57,8 @@ std::string SerializeSampleIndex(const SampleIndex& index) {
       Put64(&out, f.size);
       out.push_back(static_cast<char>(f.ndim < 0 ? 0xff : f.ndim));
       out.push_back(static_cast<char>(f.dtype));
-      out.append(2, '\0');
+      out.push_back(static_cast<char>(f.flags & 0xff));
+      out.push_back(static_cast<char>(f.flags >> 8));
       Put64(&out, f.payload);
       Put64(&out, f.count);
       Put64(&out, f.header_hash);
@@ -99,6 +100,7 @@ Result<SampleIndex> ParseSampleIndex(std::string_view data, const std::string& u
       f.payload = r.payload;
       f.count = r.count;
       f.header_hash = r.header_hash;
+      f.flags = r.flags;
       index.fields.push_back(std::move(f));
     }
   } b;
@@ -202,6 +204,7 @@ void MakeIndexField(std::string_view name, uint64_t offset, std::string_view dat
   out->payload = 0;
   out->count = 0;
   out->header_hash = 0;
+  out->flags = 0;
   // Every member of every sample comes here when a reader builds its
   // index: rule the others out by their last four bytes first.
   if (name.size() < 4 || name[name.size() - 4] != '.' || (name[name.size() - 3] | 0x20) != 'n' ||

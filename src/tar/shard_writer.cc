@@ -9,6 +9,7 @@
 #include "shardstream/checksum.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/url.h"
+#include "tar/doc_group.h"
 #include "tar/index_field.h"
 #include "tar/member_stream.h"
 #include "tar/tar_format.h"
@@ -79,6 +80,13 @@ class ShardWriterImpl final : public ShardWriter {
     if (!error_.ok()) return error_;
     if (closed_) return Status::Config("ShardWriter::Write after Close");
     SHARDSTREAM_RETURN_IF_ERROR(Validate(sample));
+    // A group is checked as a reader will: a writer never makes one that
+    // reading refuses.
+    const bool group = internal::IsDocGroup(sample);
+    if (group) {
+      Status st = internal::ParseDocGroup(sample, out_dir_, &group_);
+      if (!st.ok()) return Status::Config("ShardWriter: " + st.message());
+    }
     std::vector<const Field*> fields;
     for (const Field& f : sample.fields) fields.push_back(&f);
     std::sort(fields.begin(), fields.end(),
@@ -94,11 +102,22 @@ class ShardWriterImpl final : public ShardWriter {
     entry.key = sample.key;
     entry.nfields = static_cast<uint32_t>(fields.size());
     entry.first_field = index_.fields.size();
+    uint64_t array_offset = 0;
     for (const Field* f : fields) {
       SHARDSTREAM_RETURN_IF_ERROR(Track(WriteMember(sample.key + "." + f->name, f->data)));
+      const uint64_t data_offset = tar_bytes_ - PaddedSize(f->data.size());
+      if (group) {
+        if (f == group_.array) array_offset = data_offset;
+        continue;
+      }
       index_.fields.emplace_back();
-      internal::MakeIndexField(f->name, tar_bytes_ - PaddedSize(f->data.size()), f->data,
-                               &index_.fields.back());
+      internal::MakeIndexField(f->name, data_offset, f->data, &index_.fields.back());
+    }
+    if (group) {
+      // The index and the count list the documents, as a reader gives them.
+      internal::IndexDocGroup(group_, sample.key, entry.offset, tar_bytes_, array_offset, &index_);
+      nsamples_ += group_.docs();
+      return Status::OK();
     }
     entry.length = tar_bytes_ - entry.offset;
     index_.samples.push_back(std::move(entry));
@@ -284,6 +303,7 @@ class ShardWriterImpl final : public ShardWriter {
   uint64_t tar_bytes_ = 0, file_bytes_ = 0, nsamples_ = 0;
   int64_t shard_number_ = 0;
   SampleIndex index_;
+  internal::DocGroup group_;
   Status error_;
   bool closed_ = false;
 };

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "shardstream/url.h"
 #include "tar/byte_stream.h"
+#include "tar/doc_group.h"
 #include "tar/index_field.h"
 #include "tar/member_stream.h"
 
@@ -46,9 +47,9 @@ class TarReaderImpl final : public TarReader {
 
   Result<bool> Next(Sample* sample) override {
     while (true) {
-      SHARDSTREAM_ASSIGN_OR_RETURN(bool got, NextSample(sample));
+      SHARDSTREAM_ASSIGN_OR_RETURN(bool got, NextDocument(sample));
       if (!got || skip_samples_ == 0) return got;
-      --skip_samples_;  // OpenAt on a compressed shard: drop what precedes
+      --skip_samples_;  // OpenAt on a compressed shard, or in a group: drop what precedes
     }
   }
   const TarStats& stats() const override { return stats_; }
@@ -147,13 +148,60 @@ class TarReaderImpl final : public TarReader {
     }
   }
 
+  // The next sample as stored, or the next document of a group.
+  Result<bool> NextDocument(Sample* s) {
+    while (true) {
+      if (next_doc_ < docs_.size()) {
+        swap(*s, docs_[next_doc_]);
+        docs_[next_doc_++].fields.clear();  // the caller's old buffers go now, not with the group
+        s->index = next_index_++;
+        ++stats_.samples;
+        ++stats_.fields;
+        stats_.field_bytes += s->fields[0].data.size();
+        return true;
+      }
+      SHARDSTREAM_ASSIGN_OR_RETURN(bool got, NextSample(s));
+      if (!got) return false;
+      if (!options_.document_groups || !internal::IsDocGroup(*s)) {
+        Record(s, end_offset_);
+        return true;
+      }
+      Status st = internal::ParseDocGroup(*s, url_, &group_);
+      if (!st.ok()) {
+        if (options_.policy == ErrorPolicy::kRaise) {
+          error_ = st;
+          done_ = true;
+          return st;
+        }
+        if (options_.policy == ErrorPolicy::kSkipShard) {
+          done_ = true;
+          SkipShard(st);
+          return false;
+        }
+        CountSkippedSample(st);
+        continue;
+      }
+      internal::ExplodeDocGroup(group_, *s, &docs_);
+      next_doc_ = 0;
+      if (options_.build_index)
+        internal::IndexDocGroup(group_, s->key, s->offset, end_offset_, group_.array->offset,
+                                &index_);
+    }
+  }
+
   Result<bool> Emit(Sample* s, uint64_t end_offset) {
     s->key = current_key_;
+    end_offset_ = end_offset;
+    return true;
+  }
+
+  // A sample handed out as it is stored: numbered, counted and indexed.
+  void Record(Sample* s, uint64_t end_offset) {
     s->index = next_index_++;
     ++stats_.samples;
     stats_.fields += s->fields.size();
     for (const Field& f : s->fields) stats_.field_bytes += f.data.size();
-    if (!options_.build_index) return true;
+    if (!options_.build_index) return;
     auto& v = index_.samples;
     if (v.empty() && index_.shard_size > 0 && end_offset > s->offset) {
       // Room for the whole shard, judged by its first sample, so the index
@@ -173,7 +221,6 @@ class TarReaderImpl final : public TarReader {
       index_.fields.emplace_back();
       internal::MakeIndexField(f.name, f.offset, f.data, &index_.fields.back());
     }
-    return true;
   }
 
   // A defect confined to one member: raise, or drop the sample it belongs
@@ -245,6 +292,10 @@ class TarReaderImpl final : public TarReader {
   bool skipping_ = false;
   bool done_ = false;
   std::string current_key_;
+  uint64_t end_offset_ = 0;  // of the sample NextSample returned last
+  internal::DocGroup group_;
+  std::vector<Sample> docs_;  // the group being handed out
+  size_t next_doc_ = 0;
   Status error_;
   TarStats stats_;
   SampleIndex index_;
@@ -321,9 +372,19 @@ Result<std::unique_ptr<TarReader>> TarReader::OpenAt(const std::string& url, int
     SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source->OpenInputStream(url, at));
     return OpenStream(std::move(stream), options, at, first, 0);
   }
-  uint64_t at = index->samples[static_cast<size_t>(first)].offset;
+  // A document of a group other than its first: from the group's start,
+  // skipping the documents before it.
+  int64_t start = first;
+  auto inside_group = [&](int64_t k) {
+    const SampleIndexEntry& e = index->samples[static_cast<size_t>(k)];
+    if (e.nfields == 0 || e.first_field >= index->fields.size()) return false;
+    const uint16_t flags = index->fields[e.first_field].flags;
+    return (flags & kIndexFieldGrouped) != 0 && (flags & kIndexFieldGroupStart) == 0;
+  };
+  while (start > 0 && inside_group(start)) --start;
+  uint64_t at = index->samples[static_cast<size_t>(start)].offset;
   SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source->OpenInputStream(url, at));
-  return OpenStream(std::move(stream), options, at, first, 0);
+  return OpenStream(std::move(stream), options, at, start, first - start);
 }
 
 Result<SampleIndex> BuildSampleIndex(const std::string& url, const TarReaderOptions& options) {

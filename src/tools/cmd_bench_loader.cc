@@ -42,6 +42,7 @@ struct Args {
   int64_t make_count = 0;                 // documents / samples to write
   int64_t mean_tokens = 1024, sample_bytes = 1024;
   uint64_t shard_mib = 256;
+  std::string layout = "documents";  // of --make-tokens: or "compact" (document groups)
   std::string tokens_field;
   std::vector<std::string> fields;
   int64_t batch_size = 256, seq_len = 2048, shuffle = 0, prefetch = 4;
@@ -85,6 +86,29 @@ Status MakeData(const Args& a) {
   uint64_t x = 88172645463325252ULL;
   std::vector<int32_t> t;
   std::string payload;
+  // --layout compact: documents gathered into groups of about 128 KiB of
+  // tokens, as shardstream.convert writes them (docs/shards.md).
+  const bool compact = tokens && a.layout == "compact";
+  std::string group_values, group_tokens, group_bounds;
+  std::vector<uint32_t> bounds{0};
+  std::string group_key;
+  auto write_group = [&]() -> Status {
+    if (bounds.size() == 1) return Status::OK();
+    group_tokens = EncodeNpy(DType::kInt32, {static_cast<int64_t>(bounds.back())}, group_values);
+    group_bounds = EncodeNpy(DType::kUint32, {static_cast<int64_t>(bounds.size())},
+                             std::string_view(reinterpret_cast<const char*>(bounds.data()),
+                                              bounds.size() * 4));
+    Sample g;
+    g.key = group_key;
+    g.fields.resize(2);
+    g.fields[0].name = "tokens.npy";
+    g.fields[0].data = group_tokens;
+    g.fields[1].name = "doc_offsets.npy";
+    g.fields[1].data = group_bounds;
+    group_values.clear();
+    bounds.assign(1, 0);
+    return w->Write(g);
+  };
   for (int64_t i = 0; i < a.make_count; ++i) {
     x ^= x << 13; x ^= x >> 7; x ^= x << 17;
     Sample s;
@@ -97,6 +121,13 @@ Status MakeData(const Args& a) {
       int64_t n = a.mean_tokens / 2 + static_cast<int64_t>(x % static_cast<uint64_t>(a.mean_tokens + 1));
       t.resize(static_cast<size_t>(n));
       for (int64_t k = 0; k < n; ++k) t[static_cast<size_t>(k)] = static_cast<int32_t>((x >> 20) + k) & 0xffff;
+      if (compact) {
+        if (bounds.size() == 1) group_key = key;
+        group_values.append(reinterpret_cast<const char*>(t.data()), t.size() * 4);
+        bounds.push_back(bounds.back() + static_cast<uint32_t>(n));
+        if (group_values.size() >= (size_t{128} << 10)) SHARDSTREAM_RETURN_IF_ERROR(write_group());
+        continue;
+      }
       payload = EncodeNpy(DType::kInt32, {n},
                           std::string_view(reinterpret_cast<const char*>(t.data()), t.size() * 4));
       f.name = "tokens.npy";
@@ -117,6 +148,7 @@ Status MakeData(const Args& a) {
     }
     SHARDSTREAM_RETURN_IF_ERROR(w->Write(s));
   }
+  SHARDSTREAM_RETURN_IF_ERROR(write_group());
   return w->Close();
 }
 
@@ -549,6 +581,11 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_option("--mean-tokens", a->mean_tokens, "Mean document length")->capture_default_str();
   sub->add_option("--sample-bytes", a->sample_bytes, "Bytes of each sample's bin field")->capture_default_str();
   sub->add_option("--shard-mib", a->shard_mib, "Shard size when writing")->capture_default_str();
+  sub->add_option("--layout", a->layout,
+                  "--make-tokens: one sample per document, or compact document groups "
+                  "(as shardstream.convert writes by default)")
+      ->check(CLI::IsMember({"documents", "compact"}))
+      ->capture_default_str();
   sub->add_option("--tokens", a->tokens_field, "Token field: pack [batch, seq_len] batches");
   sub->add_option("--fields", a->fields, "Fields to batch (without --tokens)")->delimiter(',');
   sub->add_option("--batch-size", a->batch_size, "Rows per batch")->capture_default_str();

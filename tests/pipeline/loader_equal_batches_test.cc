@@ -22,7 +22,9 @@ using testing::TempDir;
 // Shard s holds documents of very different lengths: 40 short ones, 3 long
 // ones, 25 middling ones, ... so an even split of samples gives the
 // consumers very different token counts.
-std::string WriteUneven(const std::string& dir, bool index = true) {
+// With `group` > 0 a shard's documents are written that many to a document
+// group (docs/shards.md): the same documents, numbered alike.
+std::string WriteUneven(const std::string& dir, bool index = true, int group = 0) {
   // (documents, tokens each) per shard; one writer per shard.
   const std::vector<std::pair<int, int>> shards = {{40, 7}, {3, 900}, {25, 60}, {6, 400},
                                                    {50, 3}, {2, 1500}, {30, 41}, {9, 222}};
@@ -34,9 +36,35 @@ std::string WriteUneven(const std::string& dir, bool index = true) {
     o.manifest_name = "m" + std::to_string(s) + ".jsonl";
     auto w = ShardWriter::Create(dir, o);
     EXPECT_TRUE(w.ok()) << w.status();
+    std::string values;
+    std::vector<int64_t> bounds{0};
+    auto write_group = [&](int64_t first) {
+      if (bounds.size() == 1) return;
+      Sample smp;
+      smp.key = "grp" + std::to_string(first);
+      const std::string tokens = EncodeNpy(DType::kInt32, {bounds.back()}, values);
+      const std::string offsets =
+          EncodeNpy(DType::kInt64, {static_cast<int64_t>(bounds.size())},
+                    std::string_view(reinterpret_cast<const char*>(bounds.data()), bounds.size() * 8));
+      smp.fields.resize(2);
+      smp.fields[0].name = "tokens.npy";
+      smp.fields[0].data = tokens;
+      smp.fields[1].name = "doc_offsets.npy";
+      smp.fields[1].data = offsets;
+      EXPECT_TRUE((*w)->Write(smp).ok());
+      values.clear();
+      bounds.assign(1, 0);
+    };
     for (int i = 0; i < shards[s].first; ++i, ++g) {
       std::vector<int32_t> t(static_cast<size_t>(shards[s].second + (g % 5)));
       for (size_t k = 0; k < t.size(); ++k) t[k] = static_cast<int32_t>(g * 1000 + static_cast<int64_t>(k));
+      if (group > 0) {
+        values.append(reinterpret_cast<const char*>(t.data()), t.size() * 4);
+        bounds.push_back(bounds.back() + static_cast<int64_t>(t.size()));
+        if (static_cast<int>(bounds.size()) > group || i + 1 == shards[s].first)
+          write_group(g + 1 - static_cast<int64_t>(bounds.size() - 1));
+        continue;
+      }
       Sample smp;
       smp.key = "d" + std::to_string(g);
       Field f;
@@ -85,9 +113,13 @@ int64_t CountBatches(Loader* l) {
   }
 }
 
-TEST(LoaderEqualBatchesTest, EveryConsumerReturnsTheSameCountOverUnevenDocuments) {
+class LoaderEqualBatchesGroupsTest : public ::testing::TestWithParam<int> {};
+
+// Also with the documents in groups of 4 (the compact token layout): the
+// counts come from the documents' index records alike.
+TEST_P(LoaderEqualBatchesGroupsTest, EveryConsumerReturnsTheSameCountOverUnevenDocuments) {
   TempDir dir;
-  const std::string m = WriteUneven(dir.path());
+  const std::string m = WriteUneven(dir.path(), true, GetParam());
   for (auto [ranks, workers] : {std::pair{4, 1}, std::pair{2, 2}, std::pair{3, 2}}) {
     std::vector<int64_t> unequal, equal;
     for (int r = 0; r < ranks; ++r)
@@ -116,6 +148,12 @@ TEST(LoaderEqualBatchesTest, EveryConsumerReturnsTheSameCountOverUnevenDocuments
     EXPECT_GT(equal[0], 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LoaderEqualBatchesGroupsTest, ::testing::Values(0, 4),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return i.param == 0 ? std::string("OneDocumentPerSample")
+                                               : std::string("GroupsOf4");
+                         });
 
 // Batches, documents and packed positions (tokens and eods) next() returns.
 struct Drained {

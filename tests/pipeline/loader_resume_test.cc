@@ -353,10 +353,15 @@ std::map<int64_t, std::vector<int32_t>> Rebuild(Loader* l, int64_t max_batches,
   return docs;
 }
 
-TEST(LoaderResumeTest, PackedTokensEveryDocumentOnceAndResumeMidDocument) {
+class LoaderResumeGroupsTest : public ::testing::TestWithParam<int> {};
+
+// Also with the documents in groups of 7 (the compact token layout; a
+// shard's 30 end in a group of 2): a resume opens a shard inside a group.
+TEST_P(LoaderResumeGroupsTest, PackedTokensEveryDocumentOnceAndResumeMidDocument) {
   TempDir dir;
   DatasetSpec spec{4, 30};
   spec.tokens = true;
+  spec.docs_per_group = GetParam();
   spec.max_doc_tokens = 300;  // seq_len 64: most documents span rows and batches
   auto d = testing::WriteDataset(dir.path(), spec);
   LoaderOptions o;
@@ -392,6 +397,12 @@ TEST(LoaderResumeTest, PackedTokensEveryDocumentOnceAndResumeMidDocument) {
     EXPECT_EQ(head, full) << "resume after " << k << " batches";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LoaderResumeGroupsTest, ::testing::Values(0, 7),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return i.param == 0 ? std::string("OneDocumentPerSample")
+                                               : std::string("GroupsOf7");
+                         });
 
 }  // namespace
 }  // namespace shardstream

@@ -147,15 +147,31 @@ def loader_stream(manifest, eod=EOD):
 
 
 def tar_samples(out_dir):
-    """(shard url, key, tokens array) of every sample, in manifest order, read with tarfile."""
+    """(shard url, key, tokens array) of every document, in manifest order, read with
+    tarfile and NumPy alone: a document alone in its member, or each document of a
+    document group (tokens.npy cut at doc_offsets.npy, keys from doc_keys.txt or
+    "<group key>#<i>")."""
     rows = []
     for entry in read_manifest(out_dir):
         with tarfile.open(os.path.join(out_dir, entry["url"])) as tf:
+            samples = {}
             for m in tf.getmembers():
                 key, field = m.name.split(".", 1)
-                assert field == "tokens.npy"
-                arr = np.load(io.BytesIO(tf.extractfile(m).read()), allow_pickle=False)
-                rows.append((entry["url"], key, arr))
+                samples.setdefault(key, {})[field] = tf.extractfile(m).read()
+            for key, fields in samples.items():
+                arr = np.load(io.BytesIO(fields.pop("tokens.npy")), allow_pickle=False)
+                if not fields:
+                    rows.append((entry["url"], key, arr))
+                    continue
+                assert set(fields) <= {"doc_offsets.npy", "doc_keys.txt"}, fields
+                bounds = np.load(io.BytesIO(fields["doc_offsets.npy"]), allow_pickle=False)
+                assert bounds[0] == 0 and bounds[-1] == arr.size
+                n = bounds.size - 1
+                keys = (fields["doc_keys.txt"].decode().split("\n") if "doc_keys.txt" in fields
+                        else [f"{key}#{i}" for i in range(n)])
+                assert len(keys) == n
+                for i in range(n):
+                    rows.append((entry["url"], keys[i], arr[bounds[i]:bounds[i + 1]]))
     return rows
 
 
@@ -219,12 +235,34 @@ def test_files_read_back_exactly(corpus, converted):
         assert os.path.exists(os.path.join(out, m["url"] + ".idx"))
     assert sum(m["ntokens"] for m in manifest) == summary["tokens"]
     assert sum(m["nsamples"] for m in manifest) == summary["documents"]
-    # one document per sample, int32, keyed by input number and line (row for Parquet)
+    # every document, int32, in document groups keyed by input number and the line (row
+    # for Parquet) of their first document
     assert all(a.dtype == np.int32 and a.ndim == 1 for _, _, a in samples)
     assert [a.tolist() for _, _, a in samples] == [byte_tokenize(t) for t in nonempty]
     keys = [k for _, k, _ in samples]
+    assert keys[0] == "00000-000000001#0" and keys[4] == "00000-000000001#4"
+    with tarfile.open(os.path.join(out, manifest[0]["url"])) as tf:
+        names = tf.getnames()
+    assert names[:2] == ["00000-000000001.doc_offsets.npy", "00000-000000001.tokens.npy"]
+    assert all(n.endswith((".doc_offsets.npy", ".tokens.npy")) for n in names)
+
+
+def test_one_document_per_sample_layout(corpus, tmp_path):
+    paths, texts = corpus
+    out = str(tmp_path / "docs")
+    s = convert.text_to_shards(paths, out, byte_tokenize, processes=1, max_bytes="40KB",
+                               layout="documents")
+    flat = [t for ts in texts for t in ts]
+    assert np.array_equal(loader_stream(os.path.join(out, "manifest.jsonl")), expected_stream(flat))
+    samples = tar_samples(out)
+    assert [a.tolist() for _, _, a in samples] == [byte_tokenize(t) for t in flat if t]
+    # one document per sample, keyed by input number and line (row for Parquet)
+    keys = [k for _, k, _ in samples]
     assert keys[0] == "00000-000000001" and keys[4] == "00000-000000006"  # blank line 5 skipped
     assert keys[-1] == f"00003-{len(texts[3]):09d}"  # the last Parquet row
+    assert s["documents"] == len(samples)
+    with pytest.raises(shardstream.ConfigError, match="layout 'pages'"):
+        convert.text_to_shards(paths, str(tmp_path / "bad"), byte_tokenize, layout="pages")
 
 
 def test_same_bytes_whatever_the_process_count(converted):
@@ -328,7 +366,8 @@ def test_unpicklable_tokenizer(tmp_path):
 def test_overwrite_removes_stale_shards(tmp_path):
     src = write_jsonl(str(tmp_path / "in.jsonl"), [f"document {i}" for i in range(20)])
     out = str(tmp_path / "out")
-    convert.text_to_shards(src, out, byte_tokenize, processes=1, max_bytes="2KB")
+    convert.text_to_shards(src, out, byte_tokenize, processes=1, max_bytes="2KB",
+                           layout="documents")
     assert len(read_manifest(out)) > 2
     with pytest.raises(shardstream.ConfigError, match="already holds a manifest.jsonl"):
         convert.text_to_shards(src, out, byte_tokenize, processes=1)
@@ -373,8 +412,11 @@ def _bad_cases(d):
     cases.append(([p], {"key_field": "id"}, shardstream.ConfigError,
                   f"{re.escape(p)} line 2: no 'id' field"))
     p = lines_file("dotkey.jsonl", ['{"text": "a", "id": "x.y"}'])
-    cases.append(([p], {"key_field": "id"}, shardstream.ConfigError,
+    cases.append(([p], {"key_field": "id", "layout": "documents"}, shardstream.ConfigError,
                   f"{re.escape(p)} line 1: ShardWriter: sample 'x.y': .*no '\\.'"))
+    p = lines_file("newlinekey.jsonl", ['{"text": "a", "id": "x"}', '{"text": "b", "id": "y\\nz"}'])
+    cases.append(([p], {"key_field": "id"}, shardstream.ConfigError,
+                  f"{re.escape(p)} line 2: key 'y\\\\nz' is empty or holds a line break"))
     p = lines_file("utf8.jsonl", ['{"text": "a"}'])
     with open(p, "ab") as f:
         f.write(b'{"text": "\xff\xfe"}\n')

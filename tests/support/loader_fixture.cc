@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "shardstream/decode.h"
 #include "shardstream/shard_writer.h"
 
@@ -28,6 +30,33 @@ Dataset WriteDataset(const std::string& dir, const DatasetSpec& spec) {
   std::string pad(spec.pad_bytes, '\0');
   for (int s = 0; s < spec.shards; ++s) {
     const int n = spec.samples_per_shard;
+    if (spec.tokens && spec.docs_per_group > 0) {
+      for (int i = 0; i < n; i += spec.docs_per_group) {
+        std::string values;
+        std::vector<int64_t> offsets{0};
+        for (int j = i; j < std::min(n, i + spec.docs_per_group); ++j, ++g) {
+          auto t = DocTokens(g, spec.max_doc_tokens);
+          values.append(reinterpret_cast<const char*>(t.data()), t.size() * 4);
+          offsets.push_back(offsets.back() + static_cast<int64_t>(t.size()));
+        }
+        const std::string tokens = EncodeNpy(DType::kInt32, {offsets.back()}, values);
+        const std::string bounds =
+            EncodeNpy(DType::kInt64, {static_cast<int64_t>(offsets.size())},
+                      std::string_view(reinterpret_cast<const char*>(offsets.data()),
+                                       offsets.size() * 8));
+        Sample sample;
+        sample.key = "s" + std::to_string(s) + "/g" + std::to_string(i);
+        sample.fields.resize(2);
+        sample.fields[0].name = "tokens.npy";
+        sample.fields[0].data = tokens;
+        sample.fields[1].name = "doc_offsets.npy";
+        sample.fields[1].data = bounds;
+        Status st = (*w)->Write(sample);
+        EXPECT_TRUE(st.ok()) << st;
+      }
+      d.samples = g;
+      continue;
+    }
     for (int i = 0; i < n; ++i, ++g) {
       Sample sample;
       sample.key = "s" + std::to_string(s) + "/k" + std::to_string(i);

@@ -23,6 +23,10 @@ struct DatasetSpec {
   // Extra zero bytes per sample in a "pad.bin" field (for large data sets).
   size_t pad_bytes = 0;
   bool write_index = true;
+  // Token documents written this many to a document group (one sample
+  // with "tokens.npy" and "doc_offsets.npy", the last of a shard smaller);
+  // 0: each document a sample of its own.
+  int docs_per_group = 0;
 };
 
 // Writes the data set under dir; returns the manifest url and the total.

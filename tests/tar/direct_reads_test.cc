@@ -147,17 +147,23 @@ std::shared_ptr<const internal::DirectShard> OpenDirectShard(
 }
 
 // max_doc_tokens 300 with seq_len 64: documents span rows and batches.
+// `group` > 0: the documents in document groups of that many (docs/shards.md).
 testing::Dataset Tokens(const std::string& dir, int shards = 4, int per_shard = 60,
-                        int max_doc_tokens = 300) {
+                        int max_doc_tokens = 300, int group = 0) {
   DatasetSpec spec{shards, per_shard};
   spec.tokens = true;
   spec.max_doc_tokens = max_doc_tokens;
+  spec.docs_per_group = group;
   return testing::WriteDataset(dir, spec);
 }
 
+// Documents alone in their members, and in groups of 9 (a shard's 60 end in
+// a group of 6): the groups' documents are read directly alike.
 TEST(DirectReadsTest, SameBatchesAsThroughReadBuffersInEveryLayout) {
+  for (int group : {0, 9}) {
+  SCOPED_TRACE("documents per group " + std::to_string(group));
   TempDir dir;
-  auto d = Tokens(dir.path());
+  auto d = Tokens(dir.path(), 4, 60, 300, group);
   struct Case {
     const char* name;
     TokenLayout layout;
@@ -193,6 +199,7 @@ TEST(DirectReadsTest, SameBatchesAsThroughReadBuffersInEveryLayout) {
     EXPECT_EQ(direct.direct, static_cast<uint64_t>(d.samples)) << c.name;
     EXPECT_EQ(buffered.direct, 0u) << c.name;
   }
+  }
 }
 
 // Tokens per document (the fixture's tokens say which document and which
@@ -217,8 +224,9 @@ std::map<int64_t, std::vector<int32_t>> DocsOf(Loader* l, int64_t max_batches, S
 }
 
 TEST(DirectReadsTest, RestoredLoaderDeliversEveryRemainingTokenOnce) {
+  for (int group : {0, 7}) {
   TempDir dir;
-  auto d = Tokens(dir.path());
+  auto d = Tokens(dir.path(), 4, 60, 300, group);
   LoaderOptions o = TokenOptions(d.manifest);
   for (int64_t k : {1, 5, 17, 40}) {
     auto a = *Loader::Create(o);
@@ -240,7 +248,8 @@ TEST(DirectReadsTest, RestoredLoaderDeliversEveryRemainingTokenOnce) {
       ++with_tokens;
       EXPECT_EQ(head[g], want) << "document " << g << ", resumed after " << k << " batches";
     }
-    EXPECT_EQ(static_cast<int64_t>(head.size()), with_tokens) << k;
+    EXPECT_EQ(static_cast<int64_t>(head.size()), with_tokens) << k << ", groups of " << group;
+  }
   }
 }
 
@@ -554,6 +563,16 @@ void Renamed(const std::string& path, uint64_t offset) {
   f.write(h, sizeof(h));
 }
 
+// The error a damaged shard gives: kCorrupt naming the shard, what differs
+// and the byte offset.
+void ExpectMismatch(const Status& err, const std::string& shard, const std::string& says,
+                    uint64_t offset, const std::string& what) {
+  EXPECT_EQ(err.code(), StatusCode::kCorrupt) << what << ": " << err;
+  EXPECT_NE(err.message().find(shard), std::string::npos) << err;
+  EXPECT_NE(err.message().find(says), std::string::npos) << what << ": " << err;
+  EXPECT_EQ(err.offset(), static_cast<int64_t>(offset)) << what << ": " << err;
+}
+
 TEST(DirectReadsTest, AShardChangedSinceIndexingFailsNamingItAndTheOffset) {
   TempDir dir;
   auto d = Tokens(dir.path(), 2, 40);
@@ -593,17 +612,54 @@ TEST(DirectReadsTest, AShardChangedSinceIndexingFailsNamingItAndTheOffset) {
     auto l = *Loader::Create(o);
     Epoch got = Drain(l.get());
     ASSERT_FALSE(got.error.ok()) << dmg.what;
-    EXPECT_EQ(got.error.code(), StatusCode::kCorrupt) << dmg.what << ": " << got.error;
-    EXPECT_NE(got.error.message().find(c.shard_paths[1]), std::string::npos) << got.error;
-    EXPECT_NE(got.error.message().find(dmg.says), std::string::npos)
-        << dmg.what << ": " << got.error;
-    EXPECT_EQ(got.error.offset(), static_cast<int64_t>(dmg.reported))
-        << dmg.what << ": " << got.error;
+    ExpectMismatch(got.error, c.shard_paths[1], dmg.says, dmg.reported, dmg.what);
     // Every batch before the error is whole: the same as an undamaged run's.
     Epoch clean = RunEpoch(TokenOptions(d.manifest), true);
     ASSERT_LE(got.batches.size(), clean.batches.size());
     for (size_t i = 0; i < got.batches.size(); ++i)
       EXPECT_TRUE(got.batches[i] == clean.batches[i]) << dmg.what << ", batch " << i;
+  }
+}
+
+// A document group's headers are checked once per batch for its documents:
+// its array member's tar header and .npy header, as indexed.
+TEST(DirectReadsTest, AGroupChangedSinceIndexingFailsNamingItAndTheOffset) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 2, 40, 300, 8);
+  auto index = ReadSampleIndex(d.shard_paths[1]);
+  ASSERT_TRUE(index.ok()) << index.status();
+  // Documents 24..31 of the shard are its fourth group; 24 starts it.
+  const SampleIndexField& f = index->fields[index->samples[24].first_field];
+  ASSERT_EQ(f.flags, kIndexFieldGrouped | kIndexFieldGroupStart);
+  const uint64_t header = f.offset - 512;  // the array member's tar header
+  struct Damage {
+    const char* what;
+    uint64_t offset;
+    std::string bytes;
+    uint64_t reported;
+    const char* says;
+  };
+  const Damage damage[] = {
+      {"name", header, "Z", header, "bad checksum"},
+      {"size", header + 124 + 10, "7", header, "bad checksum"},
+      {"npy shape", f.offset + 60, "9", f.offset, "group's .npy header differs"},
+  };
+  for (const Damage& dmg : damage) {
+    for (int64_t shuffle : {0, 50}) {  // read, or copied from the mapped shard
+      TempDir copy;
+      auto c = Tokens(copy.path(), 2, 40, 300, 8);
+      Smash(c.shard_paths[1], dmg.offset, dmg.bytes);
+      LoaderOptions o = TokenOptions(c.manifest);
+      o.open_shards = 2;
+      o.shuffle_buffer = shuffle;
+      auto l = *Loader::Create(o);
+      Epoch got = Drain(l.get());
+      ASSERT_FALSE(got.error.ok()) << dmg.what;
+      ExpectMismatch(got.error, c.shard_paths[1], dmg.says, dmg.reported, dmg.what);
+      // Found by the direct reads' check, not by a read through buffers.
+      EXPECT_NE(got.error.message().find("does not match its sample index"), std::string::npos)
+          << dmg.what << ": " << got.error;
+    }
   }
 }
 
