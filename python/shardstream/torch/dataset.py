@@ -1,23 +1,5 @@
-"""PyTorch integration: :class:`ShardDataset`, an ``IterableDataset`` of batches.
-
-Recommended use: the dataset batches itself on C++ threads, so give the
-DataLoader ``batch_size=None``, ``num_workers=0`` and ``collate_fn=passthrough``
-(``ds.dataloader()`` does)::
-
-    ds = ShardDataset("s3://bucket/data/manifest.jsonl", fields=["tokens.npy"],
-                      batch_size=256, shuffle_buffer=10000, seed=1,
-                      cache_dir="/nvme/cache", cache_limit="500GiB")
-    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0,
-                                     collate_fn=passthrough)      # or ds.dataloader()
-    for epoch in range(epochs):
-        ds.set_epoch(epoch)
-        for batch in dl:
-            x = batch["tokens.npy"].cuda(non_blocking=True)   # pinned: async copy
-
-Tensors are zero-copy views of pooled host memory (CUDA pinned when a GPU is
-present, so DataLoader's ``pin_memory=True`` is not needed); a buffer returns
-to the pool when the last tensor viewing it is freed.
-"""
+"""ShardDataset: the ``IterableDataset`` of batches over a Loader per consumer
+(rank x DataLoader worker)."""
 
 from __future__ import annotations
 
@@ -25,215 +7,20 @@ import copy
 import difflib
 import inspect
 import logging
-import numbers
 import os
 import sys
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
-import numpy as np
 import torch
 import torch.utils.data
 
-from . import _core
-from .errors import ConfigError
-from .loader import FieldsArg, Loader, loader_options, merge_own_states, merge_states
-from .transfer import share_node_budget
-
-STATE_FORMAT = "shardstream-dataset-state"
-
-
-def topology() -> Tuple[int, int, int, int]:
-    """(rank, world_size, worker, num_workers) of the calling process.
-
-    rank and world size come from torch.distributed when it is initialised,
-    else from the RANK and WORLD_SIZE environment variables (torchrun's), else
-    (0, 1); worker and num_workers from ``get_worker_info()`` inside a
-    DataLoader worker, else (0, 1).
-    """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        rank = int(os.environ.get("RANK", "0"))
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-    info = torch.utils.data.get_worker_info()
-    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-    return rank, world, worker, workers
-
-
-def local_topology() -> Tuple[int, int]:
-    """(local_rank, local_world_size) from LOCAL_RANK and LOCAL_WORLD_SIZE (default (0, 1))."""
-    return int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-
-
-def _env_int(name: str) -> Optional[int]:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"config: environment variable {name}={value!r} is not an integer") from None
-
-
-def ranks_per_node(rank: int, world: int) -> int:
-    """Ranks per node, for node-local shard affinity: torchrun's LOCAL_WORLD_SIZE,
-    else SLURM's SLURM_NTASKS_PER_NODE (or the first count of
-    SLURM_TASKS_PER_NODE), else 1 on a single rank. Checks that the rank
-    agrees with torchrun's GROUP_RANK and LOCAL_RANK (ranks numbered node by
-    node) and with torch.distributed; raises ConfigError naming the variable
-    otherwise."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        env_rank = _env_int("RANK")
-        if env_rank is not None and env_rank != torch.distributed.get_rank():
-            raise ConfigError(f"config: RANK={env_rank} disagrees with torch.distributed's rank "
-                              f"{torch.distributed.get_rank()}")
-    local = _env_int("LOCAL_WORLD_SIZE")
-    source = "LOCAL_WORLD_SIZE"
-    if local is None:
-        local = _env_int("SLURM_NTASKS_PER_NODE")
-        source = "SLURM_NTASKS_PER_NODE"
-    if local is None and os.environ.get("SLURM_TASKS_PER_NODE"):
-        text = os.environ["SLURM_TASKS_PER_NODE"]
-        digits = text.split("(")[0].split(",")[0]
-        if not digits.isdigit():
-            raise ConfigError(f"config: SLURM_TASKS_PER_NODE={text!r} has no task count")
-        local, source = int(digits), "SLURM_TASKS_PER_NODE"
-    if local is None:
-        if world == 1:
-            return 1
-        raise ConfigError("config: node_local needs the ranks per node: set LOCAL_WORLD_SIZE "
-                          "(torchrun does) or pass local_world_size")
-    if local < 1 or world % local != 0:
-        raise ConfigError(f"config: {source}={local} does not divide the world size {world}")
-    group, local_rank = _env_int("GROUP_RANK"), _env_int("LOCAL_RANK")
-    if group is not None and local_rank is not None and rank != group * local + local_rank:
-        raise ConfigError(f"config: rank {rank} is not GROUP_RANK*LOCAL_WORLD_SIZE+LOCAL_RANK "
-                          f"({group}*{local}+{local_rank}): node-local affinity needs ranks "
-                          "numbered node by node, as torchrun numbers them")
-    return local
-
-
-def _to_torch(parts: tuple, single: bool) -> Dict[str, Any]:
-    tensors, keys, urls, info = parts
-    out: Dict[str, Any] = {}
-    bf16 = set(info["bfloat16"])
-    ragged = info.get("ragged", {})
-    for name, value in tensors.items():
-        if name in ragged:
-            rows = [torch.from_numpy(a) for a in value]
-            if name in bf16:
-                rows = [r.view(torch.bfloat16) for r in rows]
-            shapes = torch.from_numpy(tensors[name + ".shape"])
-            if ragged[name] == "pad":
-                out[name] = _pad(rows, shapes)
-                out[name + ".lengths"] = shapes[:, 0] if shapes.shape[1] == 1 else shapes
-            else:
-                out[name] = rows
-        elif name.endswith(".shape") and name[:-6] in ragged:
-            continue
-        elif isinstance(value, np.ndarray):
-            t = torch.from_numpy(value)
-            out[name] = t.view(torch.bfloat16) if name in bf16 else t
-        else:
-            out[name] = value
-    out["__key__"] = keys
-    out["__url__"] = urls
-    # Single samples are copied: a sample is small, and users keep many
-    # (list(ds)), which must not hold one pool slot each.
-    return _sample(out, 0, clone=True) if single else out
-
-
-def _pad(rows: List[torch.Tensor], shapes: torch.Tensor) -> torch.Tensor:
-    """Ragged rows padded with zeros to the batch's largest shape: [B, *max]."""
-    dtype = rows[0].dtype if rows else torch.uint8
-    big = shapes.max(dim=0).values.tolist() if len(rows) else []
-    out = torch.zeros([len(rows)] + [int(n) for n in big], dtype=dtype)
-    for i, r in enumerate(rows):
-        out[(i,) + tuple(slice(0, n) for n in r.shape)] = r
-    return out
-
-
-def _sample(batch: Mapping[str, Any], i: int, clone: bool = False) -> Dict[str, Any]:
-    """Row ``i`` of a batch as a sample: tensor rows (views of the batch, copies
-    when ``clone``), list items, the str key and url."""
-    out: Dict[str, Any] = {}
-    for name, value in batch.items():
-        if isinstance(value, torch.Tensor):
-            out[name] = value[i].clone() if clone else value[i]
-        elif name in ("__key__", "__url__") and not value:
-            out[name] = value  # a token row without documents carries no key
-        else:
-            item = value[i]  # bytes, str, or a ragged field's row tensor
-            out[name] = item.clone() if clone and isinstance(item, torch.Tensor) else item
-    return out
-
-
-class _MapError(RuntimeError):
-    """An exception ``map`` raised, naming the sample (a skip policy skips it)."""
-
-
-def _call_map(fn: Callable[[Dict[str, Any]], Any], sample: Dict[str, Any], key: Any,
-              url: Any) -> Optional[Mapping[str, Any]]:
-    """``fn(sample)``; None drops the sample (WebDataset's ``select``); an
-    exception it raises becomes a _MapError naming the sample."""
-    try:
-        out = fn(sample)
-    except Exception as e:
-        raise _MapError(f"ShardDataset map raised {type(e).__name__} on sample {key!r} "
-                        f"(shard {url}): {e}") from e
-    if out is None:
-        return None
-    if not isinstance(out, Mapping):
-        raise TypeError(f"ShardDataset map must return the sample as a dict, but returned "
-                        f"{type(out).__name__} for sample {key!r} (shard {url})")
-    return out
-
-
-def _collate_values(name: str, values: List[Any]) -> Any:
-    """One batch entry from the samples' values: equal-shape tensors stacked,
-    numbers as a tensor (Python floats as float64), anything else (and keys,
-    urls) a list."""
-    if name in ("__key__", "__url__"):
-        return values
-    v0 = values[0]
-    if isinstance(v0, torch.Tensor):
-        if all(isinstance(v, torch.Tensor) and v.shape == v0.shape and v.dtype == v0.dtype
-               and v.device == v0.device for v in values):
-            return torch.stack(values)
-        return values
-    if all(isinstance(v, numbers.Number) for v in values):
-        # As DataLoader's default_collate: Python floats as float64.
-        real = all(isinstance(v, numbers.Real) for v in values)
-        dtype = torch.float64 if real and any(isinstance(v, float) for v in values) else None
-        try:
-            return torch.tensor(values, dtype=dtype)
-        except (TypeError, ValueError, RuntimeError, OverflowError):
-            return values  # e.g. an int beyond int64
-    return values
-
-
-def _collate(samples: List[Mapping[str, Any]], keys: Sequence[Any]) -> Dict[str, Any]:
-    """A batch from the mapped samples (``keys``: their original keys, for errors)."""
-    first = samples[0]
-    for sample, key in zip(samples, keys):
-        if sample.keys() != first.keys():
-            raise ValueError(f"ShardDataset map returned the keys {list(first)} for sample "
-                             f"{keys[0]!r} but {list(sample)} for sample {key!r}: the samples "
-                             "of a batch need the same keys")
-    return {name: _collate_values(name, [s[name] for s in samples]) for name in first}
-
-
-def _call_batch_map(fn: Callable[[Dict[str, Any]], Any], batch: Dict[str, Any],
-                    keys: Sequence[Any], urls: Sequence[Any]) -> Any:
-    """``fn(batch)``; an exception it raises becomes a RuntimeError naming the samples."""
-    try:
-        return fn(batch)
-    except Exception as e:
-        named = ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
-        raise RuntimeError(f"ShardDataset batch_map raised {type(e).__name__} on the batch of "
-                           f"{len(keys)} samples {named} (first from shard "
-                           f"{urls[0] if urls else None}): {e}") from e
+from ..errors import ConfigError
+from ..loader import FieldsArg, Loader, loader_options
+from ..transfer import share_node_budget
+from .collate import (_call_batch_map, _call_map, _collate, _MapError, _sample, _to_torch,
+                      passthrough)
+from .state import STATE_FORMAT, _check_state_dict, _merge_entries, _own_share, _state
+from .topology import ranks_per_node, topology
 
 
 # Loader options that ShardDataset passes through **kwargs (the less common
@@ -720,10 +507,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 return len(self._loader_for(self._pending, (rank * n + worker, world * n)))
             loader = self._loader_for(self._pending, (rank * workers, world * workers),
                                       workers=workers)
-            return _rank_len(loader)
+            return loader.rank_batches_per_epoch()
         if workers is None:
             return len(self._native())
-        return _rank_len(self._native(workers=workers))
+        return self._native(workers=workers).rank_batches_per_epoch()
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -813,144 +600,3 @@ class ShardDataset(torch.utils.data.IterableDataset):
         if self._loader is not None and self._pid == os.getpid():
             self._loader.close()
         self._loader = None
-
-
-def _state(epoch: int, consumers: List[Dict[str, Any]], version: int = 2,
-           **extra: Any) -> Dict[str, Any]:
-    """A state dict of this format (see :meth:`ShardDataset.state_dict`)."""
-    return {"format": STATE_FORMAT, "version": version, "epoch": epoch, "consumers": consumers,
-            **extra}
-
-
-def _rank_len(loader: Loader) -> int:
-    return loader.rank_batches_per_epoch()
-
-
-def _own_share(me: Tuple[int, int], loader: Loader) -> Optional[Dict[str, Any]]:
-    """Consumer ``me`` = (index, count)'s share: its own state, nothing owed by others. None
-    when the plan has no resume state (sample counts unknown: remote shards without indexes),
-    so a worker ends its epoch like any other rather than failing at the end."""
-    try:
-        state = loader.own_state()
-    except ConfigError:
-        return None
-    return {"members": [me[0]], "of": me[1], "state": state}
-
-
-def passthrough(batch: Any) -> Any:
-    """A DataLoader ``collate_fn`` that returns the batch as it is.
-
-    The batches are already dicts of torch tensors. DataLoader's default
-    (``default_convert`` when ``batch_size=None``) walks every element of
-    ``__key__`` and ``__url__`` in Python, which costs about a millisecond per
-    256-sample batch: more than the whole native pipeline on small samples.
-    """
-    return batch
-
-
-def _check_state_dict(state: Mapping[str, Any]) -> Dict[str, Any]:
-    if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-        raise ValueError(f"not a {STATE_FORMAT} dict")
-    version = int(state.get("version", 0))
-    if version not in (1, 2):
-        raise ValueError(f"unsupported {STATE_FORMAT} version {state.get('version')}")
-    out = copy.deepcopy(dict(state))
-    out["consumers"] = list(out.get("consumers") or [])
-    if version == 2:
-        for entry in out["consumers"]:
-            if not (isinstance(entry, Mapping) and {"members", "of", "state"} <= set(entry)):
-                raise ValueError(f"{STATE_FORMAT}: malformed share {entry!r:.200}")
-    return out
-
-
-def _merge_entries(entries: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """One share from the shares of disjoint consumers of one layout.
-
-    A position is delivered when no consumer still owes it, so the delivered
-    sets intersect (each share counts the others' positions as delivered).
-    """
-    entries = list(entries)
-    if len(entries) == 1:
-        e = entries[0]
-        return {"members": sorted(int(m) for m in e["members"]), "of": int(e["of"]),
-                "state": e["state"]}
-    layouts = {int(e["of"]) for e in entries}
-    if len(layouts) > 1:
-        raise ValueError(f"{STATE_FORMAT}: shares of different layouts ({sorted(layouts)} consumers)")
-    members = [int(m) for e in entries for m in e["members"]]
-    if len(set(members)) != len(members):
-        raise ValueError(f"{STATE_FORMAT}: a consumer's share given twice ({sorted(members)})")
-    # Shares of different epochs or data sets raise ConfigError (a ValueError).
-    return {"members": sorted(members), "of": layouts.pop(),
-            "state": merge_own_states([e["state"] for e in entries])}
-
-
-def merge_state_dicts(states: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """One state dict from the state dicts of consumers (rank, worker) of an epoch.
-
-    Merge every consumer's for a resume on another topology (merging in steps,
-    e.g. a rank's workers and then the ranks, is fine).
-    """
-    states = [_check_state_dict(s) for s in states]
-    if not states:
-        raise ValueError("no state dicts to merge")
-    epochs = {int(s["epoch"]) for s in states if s["consumers"]}
-    if len(epochs) > 1:
-        raise ValueError(f"state dicts of different epochs: {sorted(epochs)}")
-    epoch = epochs.pop() if epochs else max(int(s["epoch"]) for s in states)
-    versions = {int(s["version"]) for s in states if s["consumers"]}
-    if versions == {1}:
-        consumers = [c for s in states for c in s["consumers"]]
-        return _state(epoch, [merge_states(consumers)], version=1)
-    if len(versions) > 1:
-        raise ValueError(f"{STATE_FORMAT}: cannot merge version 1 and version 2 dicts")
-    live = [s for s in states if s["consumers"]]
-    if not live:
-        return _state(epoch, [])
-    entry = _merge_entries([e for s in live for e in s["consumers"]])
-    if all(s.get("ended") for s in live):
-        if entry["members"] == list(range(entry["of"])):
-            # Every consumer finished: between epochs.
-            return _state(epoch + 1, [])
-        return _state(epoch, [entry], ended=True)
-    return _state(epoch, [entry])
-
-
-def state_dict_from_stateful_dataloader(state: Mapping[str, Any]) -> Dict[str, Any]:
-    """The data set's state, merged over the workers, from ``StatefulDataLoader.state_dict()``.
-
-    Load it into the data set (``ds.load_state_dict``) before building a
-    DataLoader with another worker count, which StatefulDataLoader's own
-    ``load_state_dict`` refuses. Needs ``snapshot_every_n_steps=1`` (the
-    default) with workers: an older worker snapshot would repeat samples.
-    """
-    if "_snapshot" not in state:  # num_workers=0: the data set's own state
-        ds_state = state.get("dataset_state")
-        if ds_state is None:
-            raise ValueError("no data set state in this StatefulDataLoader state")
-        return merge_state_dicts([ds_state])
-    if int(state.get("_steps_since_snapshot", 0)) != 0:
-        raise ValueError(f"the worker states are {state['_steps_since_snapshot']} batches older "
-                         "than the state: use snapshot_every_n_steps=1")
-    workers = state["_snapshot"]["_worker_snapshots"]
-    dicts = [w["dataset_state"] for w in workers.values()]
-    if any(d is None for d in dicts):
-        raise ValueError("a worker's state has no data set state")
-    return merge_state_dicts(dicts)
-
-
-def gather_state_dict(dataset: ShardDataset) -> Dict[str, Any]:
-    """Every rank's state, merged (a collective: call it on every rank).
-
-    With torch.distributed not initialised this is ``dataset.state_dict()``.
-    """
-    own = dataset.state_dict()
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return own
-    all_states: List[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(all_states, own)
-    return merge_state_dicts(all_states)
-
-
-__all__ = ["ShardDataset", "topology", "local_topology", "ranks_per_node", "merge_state_dicts", "gather_state_dict",
-           "state_dict_from_stateful_dataloader", "passthrough"]
