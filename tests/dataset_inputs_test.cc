@@ -238,6 +238,33 @@ TEST(DatasetInputsTest, IndexesBuiltForALoaderGoToItsIndexDirAndLeaveTheDataAlon
   EXPECT_NE(IndexCacheUrl(dir, shards[0]), IndexCacheUrl(dir, "/elsewhere/shard-000000.tar"));
 }
 
+// The folder of indexes is read and written through the caller's Source, as
+// the shards are: a fault the source injects there is the caller's error.
+TEST(DatasetInputsTest, TheIndexDirGoesThroughTheSource) {
+  TempDir data, indexes;
+  auto shards = WriteBareShards(data.path(), 1, 5);
+  auto index = BuildSampleIndex(shards[0]);
+  ASSERT_TRUE(index.ok()) << index.status();
+  testing::FaultSource fault(LocalSource());
+  const std::string dir = indexes.path() + "/a/b";
+  fault.FailNth(testing::FaultSource::Op::kCreateDir, 1, Status::Io("injected mkdir failure"));
+  Status st = WriteSampleIndex(*index, shards[0], &fault, dir);
+  EXPECT_EQ(st.code(), StatusCode::kIo) << st;
+  EXPECT_NE(st.ToString().find("index_dir " + dir), std::string::npos) << st;
+  EXPECT_NE(st.ToString().find("injected mkdir failure"), std::string::npos) << st;
+  ASSERT_TRUE(WriteSampleIndex(*index, shards[0], &fault, dir).ok());
+  EXPECT_TRUE(std::filesystem::exists(IndexCacheUrl(dir, shards[0])));
+  auto read = ReadSampleIndex(shards[0], &fault, dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->samples.size(), 5u);
+  fault.FailNth(testing::FaultSource::Op::kOpen, 1, Status::Io("injected read failure"), true,
+                indexes.path());
+  auto failed = ReadSampleIndex(shards[0], &fault, dir);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().ToString().find("injected read failure"), std::string::npos)
+      << failed.status();
+}
+
 TEST(DatasetInputsTest, LoaderOverADirectorySplitsSamplesExactlyOnce) {
   TempDir dir;
   WriteBareShards(dir.path(), 5, 9);  // 45 samples, uneven over 4 consumers

@@ -87,6 +87,8 @@ SHARDSTREAM_EXPORT Result<SampleIndex> ReadSampleIndex(const std::string& shard_
                                                        const std::string& index_dir = "");
 // Writes "<shard_url>.idx" atomically; with `index_dir`, IndexCacheUrl
 // there instead (the folder is made), leaving the shard's folder alone.
+// Both read and write through `source` (DefaultSource() when null), the
+// copy in `index_dir` too.
 SHARDSTREAM_EXPORT Status WriteSampleIndex(const SampleIndex& index, const std::string& shard_url,
                                            Source* source = nullptr,
                                            const std::string& index_dir = "");

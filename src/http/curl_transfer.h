@@ -19,7 +19,7 @@
 
 #include "http/curl_util.h"
 #include "http/http_request.h"
-#include "shardstream/http_source.h"
+#include "shardstream/http_options.h"
 #include "shardstream/result.h"
 
 namespace shardstream::internal {

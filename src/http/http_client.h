@@ -19,7 +19,7 @@
 
 #include "http/http_request.h"
 #include "shardstream/export.h"
-#include "shardstream/http_source.h"
+#include "shardstream/http_options.h"
 #include "shardstream/result.h"
 #include "shardstream/source.h"
 

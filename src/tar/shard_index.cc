@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 
 #include "shardstream/decode.h"
@@ -239,9 +238,9 @@ Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source
   std::string idx_url = IndexUrlFor(shard_url);
   Result<std::string> read = ReadFileToString(*src, idx_url);
   if (!read.ok() && read.status().code() == StatusCode::kNotFound && !index_dir.empty()) {
-    // The copy a loader kept in its folder of indexes (local files).
+    // The copy a loader kept in its folder of indexes.
     idx_url = IndexCacheUrl(index_dir, shard_url);
-    read = ReadFileToString(*DefaultSource(), idx_url);
+    read = ReadFileToString(*src, idx_url);
   }
   SHARDSTREAM_ASSIGN_OR_RETURN(std::string data, std::move(read));
   SHARDSTREAM_ASSIGN_OR_RETURN(SampleIndex index, ParseSampleIndex(data, idx_url));
@@ -257,16 +256,12 @@ Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source
 
 Status WriteSampleIndex(const SampleIndex& index, const std::string& shard_url, Source* source,
                         const std::string& index_dir) {
-  if (!index_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(LocalPath(index_dir).empty() ? index_dir
-                                                                     : LocalPath(index_dir), ec);
-    if (ec)
-      return Status(StatusCode::kIo, "index_dir " + index_dir + ": " + ec.message(), index_dir);
-    return WriteFileAtomic(*DefaultSource(), IndexCacheUrl(index_dir, shard_url),
-                           SerializeSampleIndex(index));
-  }
   Source* src = source ? source : DefaultSource().get();
+  if (!index_dir.empty()) {
+    Status made = src->CreateDir(index_dir);
+    if (!made.ok()) return made.WithContext("index_dir " + RedactUrl(index_dir), index_dir, -1);
+    return WriteFileAtomic(*src, IndexCacheUrl(index_dir, shard_url), SerializeSampleIndex(index));
+  }
   return WriteFileAtomic(*src, IndexUrlFor(shard_url), SerializeSampleIndex(index));
 }
 
