@@ -22,6 +22,7 @@
 #include "shardstream/shard_split.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
+#include "tar/index_lookup.h"
 
 namespace shardstream {
 
@@ -311,19 +312,13 @@ Status Loader::Impl::LoadTokenCounts() {
   for (size_t i = 0; i < out.size(); ++i) {
     const ShardEntry& e = manifest.shards[i];
     const std::string& url = e.resolved.empty() ? e.url : e.resolved;
-    auto index = ReadSampleIndex(url, opt.source, opt.index_dir);
-    const bool local = !LocalPath(url).empty();
-    if ((!index.ok() || !index->has_fields()) && local &&
-        (index.ok() || index.status().code() == StatusCode::kNotFound ||
-         index.status().code() == StatusCode::kCorrupt)) {
-      TarReaderOptions t;
-      t.source = opt.source;
-      index = BuildSampleIndex(url, t);
-      if (index.ok()) (void)WriteSampleIndex(*index, url, opt.source, opt.index_dir);  // kept when it can be
-    }
-    if (!index.ok())
-      return index.status().WithContext("loader: equal batches need every document's token count, "
-                                        "from the shard's sample index", RedactUrl(url));
+    auto found = internal::LoadOrBuildSampleIndex(url, opt.source, opt.index_dir,
+                                                  /*build=*/true, /*need_fields=*/true);
+    const Status why = !found.ok() ? found.status() : found->missing;
+    if (!why.ok())
+      return why.WithContext("loader: equal batches need every document's token count, "
+                             "from the shard's sample index", RedactUrl(url));
+    const SampleIndex* index = &found->index;
     if (!index->has_fields())
       return Status::Config("loader: equal batches need every document's token count, but the index "
                             "of " + RedactUrl(url) + " is a version 1 index without field records; "

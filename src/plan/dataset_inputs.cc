@@ -13,6 +13,7 @@
 #include "shardstream/shard_index.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
+#include "tar/index_lookup.h"
 
 namespace shardstream {
 namespace {
@@ -166,43 +167,40 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
         ++unknown;
         continue;
       }
-      auto index = ReadSampleIndex(url, o.source, o.index_dir);
-      const StatusCode code = index.ok() ? StatusCode::kOk : index.status().code();
-      if (!index.ok() && code != StatusCode::kNotFound && code != StatusCode::kCorrupt) {
+      auto found = internal::LoadOrBuildSampleIndex(url, o.source, o.index_dir, o.build_indexes,
+                                                    /*need_fields=*/false);
+      if (!found.ok() || found->build_failed) {
         // A transient or permission error must fail the loader, not make
         // this rank plan without counts while the others plan with them.
+        // A damaged shard stops start-up before any error policy applies:
+        // say how to get past it.
         std::lock_guard<std::mutex> lock(mu);
-        if (first_error.ok()) first_error = index.status();
+        if (first_error.ok())
+          first_error =
+              !found.ok()
+                  ? found.status()
+                  : found->missing.WithContext(
+                        "data set: counting the samples of " + RedactUrl(url) +
+                            " (no manifest or .idx gives them) failed; a damaged shard stops "
+                            "this before error_policy applies: write a manifest of the good "
+                            "shards (shardstream manifest), or pass learn_sample_counts=False "
+                            "(LoaderOptions::learn_sample_counts) to read without counts, where "
+                            "skip_shard and skip_sample apply",
+                        RedactUrl(url));
         continue;
       }
-      if (!index.ok() && o.build_indexes && !LocalPath(url).empty()) {
-        TarReaderOptions t;
-        t.source = o.source;
-        index = BuildSampleIndex(url, t);
-        if (!index.ok()) {
-          // Start-up, before any error policy applies: say how to get past it.
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok())
-            first_error = index.status().WithContext(
-                "data set: counting the samples of " + RedactUrl(url) +
-                " (no manifest or .idx gives them) failed; a damaged shard stops this before "
-                "error_policy applies: write a manifest of the good shards (shardstream "
-                "manifest), or pass learn_sample_counts=False (LoaderOptions::"
-                "learn_sample_counts) to read without counts, where skip_shard and skip_sample "
-                "apply",
-                RedactUrl(url));
-          continue;
-        }
-        ++built;
-        if (Status w = WriteSampleIndex(*index, url, o.source, o.index_dir); !w.ok())
-          internal::Log().info("data set: could not keep the index of {} ({}); its sample count "
-                               "is learned again next time",
-                               RedactUrl(url), w.ToString());
-      }
-      if (!index.ok()) {
+      if (!found->found) {
         ++unknown;
         continue;
       }
+      if (found->built) {
+        ++built;
+        if (!found->kept.ok())
+          internal::Log().info("data set: could not keep the index of {} ({}); its sample count "
+                               "is learned again next time",
+                               RedactUrl(url), found->kept.ToString());
+      }
+      const SampleIndex* index = &found->index;
       e.nsamples = static_cast<int64_t>(index->samples.size());
       if (e.size < 0) e.size = static_cast<int64_t>(index->shard_size);
     }
