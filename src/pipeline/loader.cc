@@ -15,6 +15,7 @@
 #include "pipeline/loader_run.h"
 #include "plan/layout.h"
 #include "plan/prng.h"
+#include "plan/token_budget.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/delivery_tracker.h"
@@ -22,7 +23,6 @@
 #include "shardstream/shard_split.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
-#include "tar/index_lookup.h"
 
 namespace shardstream {
 
@@ -125,10 +125,9 @@ class Loader::Impl {
     return {epoch_real[static_cast<size_t>(v)], epoch_offset[static_cast<size_t>(v)]};
   }
 
-  // Token batches: per manifest shard, prefix sums of its documents' token
-  // counts (from the sample indexes; loaded at the first plan that needs
-  // them, kept for every epoch).
-  std::vector<std::vector<int64_t>> token_prefix;
+  // Token batches: the documents' token counts and what a plan makes of
+  // them (made at the first plan that needs them, kept for every epoch).
+  std::unique_ptr<internal::TokenBudget> budget;
   // Batches this consumer returns in the epoch: a cap (equal_batches with
   // several consumers, or a restored own state's count; -1: none) and what
   // batches_per_epoch() answers (-1: unknown); batches returned so far.
@@ -152,15 +151,17 @@ class Loader::Impl {
 
   // `batches_left`: a restored own state's count (-1: none).
   Status Plan(const ResumeState* resume, int64_t e, int64_t batches_left = -1);
-  Status LoadTokenCounts();
-  // Rows of [B, L] the packer makes from consumer plan `p` (partial
-  // documents from a restore start where they stopped).
-  int64_t TokenRows(const ConsumerPlan& p) const;
-  // The packer never drops (drop_last is for sample batches): the last
-  // batch may be short.
-  int64_t TokenBatches(int64_t rows) const {
-    const int64_t b = opt.batch_size;
-    return (rows + b - 1) / b;
+  Status LoadTokenCounts() {
+    if (!budget) budget = std::make_unique<internal::TokenBudget>(opt.tokens, opt.batch_size);
+    return budget->Load(manifest, opt.tokens, opt.source, opt.index_dir);
+  }
+  internal::TokenBudget::Locate Locator() const {
+    return [this](int64_t v) { return Locate(v); };
+  }
+  // Batches the packer makes from consumer plan `p` (partial documents
+  // from a restore start where they stopped). REQUIRES: LoadTokenCounts().
+  int64_t TokenBatches(const ConsumerPlan& p) const {
+    return budget->Batches(budget->Rows(p, Locator(), partial));
   }
   void EndRun() {
     std::unique_ptr<internal::LoaderRun> r;
@@ -305,82 +306,6 @@ std::string Loader::Impl::MixFingerprint() const {
   return f;
 }
 
-Status Loader::Impl::LoadTokenCounts() {
-  if (!token_prefix.empty()) return Status::OK();
-  const std::string& field = opt.tokens.field;
-  std::vector<std::vector<int64_t>> out(manifest.shards.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const ShardEntry& e = manifest.shards[i];
-    const std::string& url = e.resolved.empty() ? e.url : e.resolved;
-    auto found = internal::LoadOrBuildSampleIndex(url, opt.source, opt.index_dir,
-                                                  /*build=*/true, /*need_fields=*/true);
-    const Status why = !found.ok() ? found.status() : found->missing;
-    if (!why.ok())
-      return why.WithContext("loader: equal batches need every document's token count, "
-                             "from the shard's sample index", RedactUrl(url));
-    const SampleIndex* index = &found->index;
-    if (!index->has_fields())
-      return Status::Config("loader: equal batches need every document's token count, but the index "
-                            "of " + RedactUrl(url) + " is a version 1 index without field records; "
-                            "rebuild it (shardstream index), or set tokens.equal_batches=false");
-    if (e.nsamples >= 0 && static_cast<int64_t>(index->samples.size()) != e.nsamples)
-      return Status::Corrupt("loader: the index of " + RedactUrl(url) + " lists " +
-                             std::to_string(index->samples.size()) + " samples; the manifest says " +
-                             std::to_string(e.nsamples));
-    std::vector<int64_t>& pre = out[i];
-    pre.assign(index->samples.size() + 1, 0);
-    for (size_t k = 0; k < index->samples.size(); ++k) {
-      const SampleIndexEntry& s = index->samples[k];
-      int64_t n = 0;
-      for (uint64_t f = s.first_field; f < s.first_field + s.nfields && f < index->fields.size(); ++f) {
-        const SampleIndexField& r = index->fields[f];
-        if (r.name != field) continue;
-        n = r.ndim >= 0 ? static_cast<int64_t>(r.count)
-                        : static_cast<int64_t>(r.size / DTypeSize(opt.tokens.input_dtype));
-        break;
-      }
-      pre[k + 1] = pre[k] + n;
-    }
-  }
-  token_prefix = std::move(out);
-  return Status::OK();
-}
-
-int64_t Loader::Impl::TokenRows(const ConsumerPlan& p) const {
-  const bool pack = opt.tokens.layout == TokenLayout::kPack;
-  const int64_t eod = pack && opt.tokens.eod_token >= 0 ? 1 : 0;
-  const int64_t L = opt.tokens.seq_len;
-  int64_t total = 0, rows = 0;
-  // Shard and sample numbers of the epoch's list, to the manifest's.
-  auto length = [&](int64_t shard, int64_t i) {
-    const auto [real, base] = Locate(shard);
-    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(real)];
-    return pre[static_cast<size_t>(i + base) + 1] - pre[static_cast<size_t>(i + base)] + eod;
-  };
-  for (const ShardRange& r : p.ranges) {
-    const auto [real, base] = Locate(r.shard);
-    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(real)];
-    if (pack) {
-      total += pre[static_cast<size_t>(r.end + base)] - pre[static_cast<size_t>(r.first + base)] +
-               eod * r.size();
-    } else {
-      for (int64_t i = r.first; i < r.end; ++i) rows += (length(r.shard, i) + L - 1) / L;
-    }
-    // Partly delivered documents go on where they stopped.
-    for (auto it = partial.lower_bound({r.shard, r.first});
-         it != partial.end() && it->first.first == r.shard && it->first.second < r.end; ++it) {
-      const int64_t n = length(r.shard, it->first.second);
-      const int64_t left = std::max<int64_t>(0, n - it->second);
-      if (pack) {
-        total -= n - left;
-      } else {
-        rows += (left + L - 1) / L - (n + L - 1) / L;
-      }
-    }
-  }
-  return pack ? (total + L - 1) / L : rows;
-}
-
 Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_left) {
   EndRun();
   PlanOptions po;
@@ -454,13 +379,8 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
   // Every consumer's count, from the same plan every consumer makes: the
   // smallest is everyone's.
   SHARDSTREAM_ASSIGN_OR_RETURN(EpochPlan all, EpochPlan::Create(counts, fingerprint, po, resume));
-  int64_t least = -1;
-  for (int r = 0; r < opt.world_size; ++r)
-    for (int w = 0; w < opt.num_workers; ++w) {
-      const int64_t n = TokenBatches(TokenRows(all.Consumer(r, w)));
-      least = least < 0 ? n : std::min(least, n);
-    }
-  batch_target = token_batches = least;
+  batch_target = token_batches =
+      budget->LeastBatches(all, opt.world_size, opt.num_workers, Locator(), partial);
   equal_cut = true;
   return Status::OK();
 }
@@ -470,22 +390,19 @@ void Loader::Impl::CountCut() {
   uint64_t docs = 0, tokens = 0;
   tracker->ForEachRemaining([&](int64_t shard, int64_t first, int64_t end) {
     const auto [real, base] = Locate(shard);
-    const std::vector<int64_t>& pre = token_prefix[static_cast<size_t>(real)];
     docs += static_cast<uint64_t>(end - first);
-    tokens += static_cast<uint64_t>(pre[static_cast<size_t>(end + base)] -
-                                    pre[static_cast<size_t>(first + base)]);
+    tokens += static_cast<uint64_t>(budget->Tokens(real, first + base, end + base));
     // Documents partly delivered (before a restore, or by the last batch)
     // lost only their rest.
     if (has_carry && carry.shard == shard && carry.sample >= first && carry.sample < end) {
-      const int64_t n = pre[static_cast<size_t>(carry.sample + base) + 1] -
-                        pre[static_cast<size_t>(carry.sample + base)];
+      const int64_t n = budget->Tokens(real, carry.sample + base, carry.sample + base + 1);
       tokens -= static_cast<uint64_t>(std::min(n, carry.tokens));
     }
     for (auto it = partial.lower_bound({shard, first});
          it != partial.end() && it->first.first == shard && it->first.second < end; ++it) {
       if (has_carry && carry.shard == shard && carry.sample == it->first.second) continue;
       const int64_t i = it->first.second;
-      const int64_t n = pre[static_cast<size_t>(i + base) + 1] - pre[static_cast<size_t>(i + base)];
+      const int64_t n = budget->Tokens(real, i + base, i + base + 1);
       tokens -= static_cast<uint64_t>(std::min(n, it->second));
     }
   });
@@ -887,7 +804,7 @@ int64_t Loader::batches_per_epoch() const {
       // reads every shard's index), the batches left after a restore.
       Impl& w = *impl_;
       w.token_batches = m.plan.num_samples >= 0 && w.LoadTokenCounts().ok()
-                            ? w.TokenBatches(w.TokenRows(m.plan))
+                            ? w.TokenBatches(m.plan)
                             : -1;
     }
     return m.token_batches;
@@ -917,7 +834,7 @@ int64_t Loader::rank_batches_per_epoch() const {
   for (int w = 0; w < workers; ++w) {
     const ConsumerPlan p = all->Consumer(m.opt.rank, w);
     if (tokens) {
-      n += m.TokenBatches(m.TokenRows(p));
+      n += m.TokenBatches(p);
     } else {
       n += m.opt.drop_last ? p.num_samples / b : (p.num_samples + b - 1) / b;
     }
