@@ -13,8 +13,7 @@
 #include "common/log.h"
 #include "pipeline/first_sample.h"
 #include "pipeline/loader_run.h"
-#include "plan/layout.h"
-#include "plan/prng.h"
+#include "plan/epoch_layout.h"
 #include "plan/token_budget.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/dataset_inputs.h"
@@ -91,39 +90,17 @@ class Loader::Impl {
   Clock::time_point first_next, last_log;
   internal::WaitHistogram waits;
 
-  // Mixed streams (LoaderOptions::streams): per stream its name, manifest
-  // shards [begin, end) and samples; the stream of each manifest shard.
-  struct Stream {
-    std::string name;
-    size_t begin = 0, end = 0;
-    int64_t samples = 0;
-  };
-  std::vector<Stream> streams;
-  std::vector<int> stream_of;
-  // The epoch's shard list when mixing (the shards and parts of shards its
-  // streams give): entries, and per entry its manifest shard and first
-  // sample. Plans, batches and states index this list.
-  std::vector<ShardEntry> epoch_shards;
-  std::vector<int64_t> epoch_real, epoch_offset;
-  // With nodes > 1 (node_local, or resuming such an epoch): each entry's node.
-  std::vector<uint32_t> epoch_node;
-  bool mixing() const { return !streams.empty(); }
-  // Lays out epoch e's list for `nodes` nodes: each stream's shards stay on
-  // the nodes they are assigned to for all epochs, and each node takes its
-  // part of the stream's quota from its own shards.
-  Status LayOutStreams(int64_t e, int64_t nodes);
-  std::string MixFingerprint() const;
+  // Mixed streams (LoaderOptions::streams): the epoch's shard list.
+  internal::EpochLayout layout;
+  bool mixing() const { return layout.mixing(); }
   // What resume states carry: the data set's fingerprint, the mix, the mode
   // (legacy: as earlier releases wrote it).
   std::string DataFingerprint(bool legacy = false) const {
     return (legacy ? manifest.LegacyFingerprint() : manifest.Fingerprint()) +
-           (mixing() ? MixFingerprint() : "") + (opt.mode == LoaderMode::kEval ? "/eval" : "");
+           (mixing() ? layout.Fingerprint() : "") + (opt.mode == LoaderMode::kEval ? "/eval" : "");
   }
   // The manifest shard and first sample of entry v of the epoch's list.
-  std::pair<int64_t, int64_t> Locate(int64_t v) const {
-    if (!mixing()) return {v, 0};
-    return {epoch_real[static_cast<size_t>(v)], epoch_offset[static_cast<size_t>(v)]};
-  }
+  std::pair<int64_t, int64_t> Locate(int64_t v) const { return layout.Locate(v); }
 
   // Token batches: the documents' token counts and what a plan makes of
   // them (made at the first plan that needs them, kept for every epoch).
@@ -194,118 +171,6 @@ void Loader::Impl::FlushDeliveries() {
   pending.clear();
 }
 
-Status Loader::Impl::LayOutStreams(int64_t e, int64_t nodes) {
-  // Samples each stream gives this epoch.
-  std::vector<int64_t> quota(streams.size());
-  const bool weighted = opt.streams.front().weight >= 0;
-  double weights = 0;
-  int64_t total = 0;
-  for (size_t k = 0; k < streams.size(); ++k) {
-    weights += std::max(0.0, opt.streams[k].weight);
-    total += streams[k].samples;
-  }
-  const int64_t size = opt.epoch_size > 0 ? opt.epoch_size : total;
-  if (weighted) {
-    // Largest remainders, so that the shares add up to epoch_size exactly
-    // (ties to the earlier stream).
-    std::vector<std::pair<double, size_t>> rests;
-    int64_t given = 0;
-    for (size_t k = 0; k < streams.size(); ++k) {
-      const double exact = static_cast<double>(size) * opt.streams[k].weight / weights;
-      quota[k] = static_cast<int64_t>(std::floor(exact));
-      given += quota[k];
-      rests.emplace_back(exact - static_cast<double>(quota[k]), k);
-    }
-    std::stable_sort(rests.begin(), rests.end(),
-                     [](const auto& x, const auto& y) { return x.first > y.first; });
-    for (size_t i = 0; given < size && i < rests.size(); ++i, ++given) ++quota[rests[i].second];
-  }
-  for (size_t k = 0; k < streams.size() && !weighted; ++k) {
-    const MixStream& so = opt.streams[k];
-    if (so.choose >= 0) {
-      quota[k] = so.choose;
-    } else {
-      quota[k] = std::llround((so.repeat >= 0 ? so.repeat : 1.0) * static_cast<double>(streams[k].samples));
-    }
-  }
-  epoch_shards.clear();
-  epoch_real.clear();
-  epoch_offset.clear();
-  epoch_node.clear();
-  auto take = [&](size_t shard, int64_t count, uint32_t node) {
-    ShardEntry entry = manifest.shards[shard];
-    entry.nsamples = count;
-    epoch_shards.push_back(std::move(entry));
-    epoch_real.push_back(static_cast<int64_t>(shard));
-    epoch_offset.push_back(0);
-    epoch_node.push_back(node);
-  };
-  for (size_t k = 0; k < streams.size(); ++k) {
-    const Stream& st = streams[k];
-    // The stream's shards by node, the same in every epoch (seed, stream,
-    // nodes), so a node's cache keeps serving it.
-    std::vector<std::vector<size_t>> mine(static_cast<size_t>(nodes));
-    if (nodes == 1) {
-      for (size_t i = st.begin; i < st.end; ++i) mine[0].push_back(i);
-    } else {
-      std::vector<int64_t> counts;
-      for (size_t i = st.begin; i < st.end; ++i) counts.push_back(manifest.shards[i].nsamples);
-      auto assigned = internal::AssignNodes(
-          counts, internal::DeriveSeed(opt.seed, internal::Domain::kNodeAssign, k), nodes);
-      for (size_t j = 0; j < assigned.size(); ++j)
-        for (uint32_t i : assigned[j]) mine[j].push_back(st.begin + i);
-    }
-    // The stream's quota split between nodes by their samples of it (largest
-    // remainders, ties to the lower node).
-    std::vector<int64_t> have(mine.size(), 0), share(mine.size(), 0);
-    for (size_t j = 0; j < mine.size(); ++j)
-      for (size_t i : mine[j]) have[j] += manifest.shards[i].nsamples;
-    std::vector<std::pair<int64_t, size_t>> rests;
-    int64_t given = 0;
-    for (size_t j = 0; j < mine.size(); ++j) {
-      const __int128 exact = static_cast<__int128>(quota[k]) * have[j];
-      share[j] = static_cast<int64_t>(exact / st.samples);
-      given += share[j];
-      rests.emplace_back(static_cast<int64_t>(exact % st.samples), j);
-    }
-    std::stable_sort(rests.begin(), rests.end(),
-                     [](const auto& x, const auto& y) { return x.first > y.first; });
-    for (size_t i = 0; given < quota[k] && i < rests.size(); ++i, ++given) ++share[rests[i].second];
-    for (size_t j = 0; j < mine.size(); ++j) {
-      if (have[j] == 0) continue;
-      const uint32_t node = static_cast<uint32_t>(j);
-      const int64_t passes = share[j] / have[j], rest = share[j] % have[j];
-      for (int64_t p = 0; p < passes; ++p)
-        for (size_t i : mine[j]) take(i, manifest.shards[i].nsamples, node);
-      if (rest == 0) continue;
-      // The rest: whole shards in a seeded order, the last one in part.
-      std::vector<size_t> order = mine[j];
-      internal::Xoshiro256 rng(internal::DeriveSeed(opt.seed, internal::Domain::kMix,
-                                                    static_cast<uint64_t>(e), k,
-                                                    nodes == 1 ? 0 : j + 1));
-      internal::FisherYates(order.data(), order.size(), rng);
-      int64_t left = rest;
-      for (size_t i : order) {
-        if (left == 0) break;
-        const int64_t n = std::min(left, manifest.shards[i].nsamples);
-        if (n > 0) take(i, n, node);
-        left -= n;
-      }
-    }
-  }
-  return Status::OK();
-}
-
-std::string Loader::Impl::MixFingerprint() const {
-  std::string f = "/mix:" + std::to_string(opt.epoch_size);
-  for (size_t k = 0; k < streams.size(); ++k) {
-    const MixStream& so = opt.streams[k];
-    f += ";" + std::to_string(streams[k].begin) + "-" + std::to_string(streams[k].end) + ":" +
-         std::to_string(so.weight) + "," + std::to_string(so.repeat) + "," + std::to_string(so.choose);
-  }
-  return f;
-}
-
 Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_left) {
   EndRun();
   PlanOptions po;
@@ -329,15 +194,15 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
                         : opt.node_local ? opt.world_size / std::max(1, opt.local_world_size)
                                          : 1;
   if (mixing()) {
-    SHARDSTREAM_RETURN_IF_ERROR(LayOutStreams(e, std::max<int64_t>(1, nodes)));
-    if (nodes > 1) po.node_of = epoch_node;
+    SHARDSTREAM_RETURN_IF_ERROR(layout.LayOut(manifest, e, std::max<int64_t>(1, nodes)));
+    if (nodes > 1) po.node_of = layout.nodes();
   }
-  const std::vector<ShardEntry>& list = mixing() ? epoch_shards : manifest.shards;
+  const std::vector<ShardEntry>& list = mixing() ? layout.shards() : manifest.shards;
   std::vector<int64_t> counts(list.size());
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = list[i].nsamples;
   if (mixing()) {
     auto u = std::make_shared<std::vector<std::string>>();
-    for (const ShardEntry& s : epoch_shards) u->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
+    for (const ShardEntry& s : layout.shards()) u->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
     urls = std::move(u);
   }
   const std::string fingerprint = DataFingerprint();
@@ -575,11 +440,12 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   } else {
     // Each stream on its own (its counts learned as for one data set), its
     // shards appended to one manifest.
+    impl->layout = internal::EpochLayout(options.streams, options.epoch_size, options.seed);
     for (size_t k = 0; k < options.streams.size(); ++k) {
       const MixStream& so = options.streams[k];
       auto m = ResolveDataset(so.inputs, ro);
       if (!m.ok()) return m.status().WithContext("loader: stream " + std::to_string(k));
-      Impl::Stream st;
+      internal::EpochLayout::Stream st;
       st.name = so.name.empty() ? "stream" + std::to_string(k) : so.name;
       st.begin = impl->manifest.shards.size();
       st.samples = m->TotalSamples();
@@ -588,14 +454,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
                               "mixing needs them: give a manifest, or index the shards");
       if (st.samples == 0)
         return Status::Config("loader: stream '" + st.name + "' has no samples");
-      for (ShardEntry& e : m->shards) {
-        impl->manifest.shards.push_back(std::move(e));
-        impl->stream_of.push_back(static_cast<int>(k));
-      }
+      for (ShardEntry& e : m->shards) impl->manifest.shards.push_back(std::move(e));
       st.end = impl->manifest.shards.size();
-      impl->streams.push_back(std::move(st));
+      impl->layout.AddStream(std::move(st));
     }
-    impl->stream_samples.assign(impl->streams.size(), 0);
+    impl->stream_samples.assign(impl->layout.streams().size(), 0);
   }
   if (options.memory_budget > 0) {
     MemoryEstimate e = Estimate(options, impl->manifest);
@@ -643,8 +506,8 @@ Result<Batch> Loader::next() {
   if (!m.run) {
     internal::RunConfig rc;
     rc.options = &m.opt;
-    rc.shards = m.mixing() ? &m.epoch_shards : &m.manifest.shards;
-    rc.offsets = m.mixing() ? &m.epoch_offset : nullptr;
+    rc.shards = m.mixing() ? &m.layout.shards() : &m.manifest.shards;
+    rc.offsets = m.mixing() ? &m.layout.offsets() : nullptr;
     rc.urls = m.urls;
     rc.plan = m.plan;
     rc.epoch = m.epoch;
@@ -706,8 +569,8 @@ Result<Batch> Loader::next() {
       if (m.mixing()) {
         for (int64_t i = 0; i < r->num_samples(); ++i) {
           const int64_t v = r->sample(i).shard;
-          if (v >= 0 && static_cast<size_t>(v) < m.epoch_real.size())
-            ++m.stream_samples[static_cast<size_t>(m.stream_of[static_cast<size_t>(m.epoch_real[static_cast<size_t>(v)])])];
+          if (v >= 0 && static_cast<size_t>(v) < m.layout.shards().size())
+            ++m.stream_samples[static_cast<size_t>(m.layout.stream_of(m.Locate(v).first))];
         }
       }
       for (size_t i = 0; i < r->num_tensors(); ++i) m.bytes += r->tensor(i).nbytes;
@@ -864,7 +727,8 @@ LoaderStats Loader::stats() const {
     s.batches = m.batches;
     s.samples = m.samples;
     s.bytes = m.bytes;
-    for (size_t k = 0; k < m.streams.size(); ++k) s.stream_samples[m.streams[k].name] = m.stream_samples[k];
+    for (size_t k = 0; k < m.layout.streams().size(); ++k)
+      s.stream_samples[m.layout.streams()[k].name] = m.stream_samples[k];
     if (m.timing) s.seconds = std::chrono::duration<double>(Clock::now() - m.first_next).count();
     m.waits.Fill(&s);
   }
