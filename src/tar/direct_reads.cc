@@ -354,13 +354,12 @@ Status DirectReads::CheckGroup(const DirectShard& s, const Piece& p, const char*
   const bool named = long_name || (name.size() > s.field.size() &&
                                    name.substr(name.size() - s.field.size()) == s.field &&
                                    name[name.size() - s.field.size() - 1] == '.');
-  if (!file || !named) {
-    if (!file)
-      return Mismatch(s, p.offset, sample,
-                      "the tar header is not that of a file holding the document's values "
-                      "(its group's array)");
+  if (!file)
+    return Mismatch(s, p.offset, sample,
+                    "the tar header is not that of a file holding the document's values "
+                    "(its group's array)");
+  if (!named)
     return Mismatch(s, p.offset, sample, "the member there is not a ." + s.field + " array");
-  }
   const size_t npy_len = static_cast<size_t>(p.head) - kTarBlock;
   if (XXH3_64bits(h + kTarBlock, npy_len) == d.header_hash) return Status::OK();
   return Mismatch(s, d.field, sample, "its group's .npy header differs from the indexed one");

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "format/decode_error.h"
 
@@ -167,10 +168,16 @@ void ExplodeDocGroup(const DocGroup& g, const Sample& group, std::vector<Sample>
   if (n == 0) return;
   // Each document a whole .npy of its own: every consumer of a field (the
   // decoders, Python's bytes) sees what a document alone in a member gives.
-  thread_local std::string header;
+  // The headers are made once, then copied with the values.
+  thread_local std::string header, headers;
+  thread_local std::vector<size_t> header_end;
+  headers.clear();
+  header_end.clear();
   size_t total = 0;
   for (size_t i = 0; i < n; ++i) {
     NpyHeader1D(g.values.dtype, g.bounds[i + 1] - g.bounds[i], &header);
+    headers += header;
+    header_end.push_back(headers.size());
     total += header.size() + (g.bounds[i + 1] - g.bounds[i]) * ds;
   }
   auto buffer = std::shared_ptr<char[]>(new char[total > 0 ? total : 1]);
@@ -178,7 +185,7 @@ void ExplodeDocGroup(const DocGroup& g, const Sample& group, std::vector<Sample>
   const uint64_t values_at = g.array->offset + g.header_bytes;
   for (size_t i = 0; i < n; ++i) {
     const uint64_t count = g.bounds[i + 1] - g.bounds[i];
-    NpyHeader1D(g.values.dtype, count, &header);
+    const size_t h0 = i == 0 ? 0 : header_end[i - 1], hlen = header_end[i] - h0;
     Sample& d = (*docs)[i];
     d.key = DocKey(g, group.key, i);
     d.url = group.url;
@@ -188,12 +195,12 @@ void ExplodeDocGroup(const DocGroup& g, const Sample& group, std::vector<Sample>
     d.fields.resize(1);
     Field& f = d.fields[0];
     f.name = g.array->name;
-    std::memcpy(w, header.data(), header.size());
-    std::memcpy(w + header.size(), g.values.data.data() + g.bounds[i] * ds, count * ds);
-    f.data = std::string_view(w, header.size() + count * ds);
+    std::memcpy(w, headers.data() + h0, hlen);
+    std::memcpy(w + hlen, g.values.data.data() + g.bounds[i] * ds, count * ds);
+    f.data = std::string_view(w, hlen + count * ds);
     f.owner = buffer;
     f.offset = values_at + g.bounds[i] * ds;
-    w += header.size() + count * ds;
+    w += hlen + count * ds;
   }
 }
 

@@ -167,18 +167,10 @@ class TarReaderImpl final : public TarReader {
         return true;
       }
       Status st = internal::ParseDocGroup(*s, url_, &group_);
-      if (!st.ok()) {
-        if (options_.policy == ErrorPolicy::kRaise) {
-          error_ = st;
-          done_ = true;
-          return st;
-        }
-        if (options_.policy == ErrorPolicy::kSkipShard) {
-          done_ = true;
-          SkipShard(st);
-          return false;
-        }
-        CountSkippedSample(st);
+      if (!st.ok()) {  // the group's own defect: the policy's, as a member's
+        Action act = MemberError(st, s);
+        if (act == Action::kRaise) return error_;
+        if (act == Action::kStop) return false;
         continue;
       }
       internal::ExplodeDocGroup(group_, *s, &docs_);
