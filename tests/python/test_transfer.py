@@ -5,6 +5,7 @@ from our fault-injecting server on loopback."""
 import json
 import os
 import sys
+import time
 import urllib.request
 
 import numpy as np
@@ -89,7 +90,12 @@ def test_a_data_set_in_parts_through_faults_exactly_once(small_parts, tmp_path):
         assert after["throttles"] - before["throttles"] == 5
         # Every 503 and the resets that hit a shard (some hit the manifest, through another path).
         assert after["retries"] - before["retries"] > 5
-        assert after["connections"] == 0
+        # A hedged or cancelled part may still be closing its connection when the last batch is out;
+        # none may stay open.
+        deadline = time.monotonic() + 5
+        while shardstream.transfer_stats()["connections"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert shardstream.transfer_stats()["connections"] == 0
         assert ds.stats()["transfer"]["parts"] == after["parts"]
         text = shardstream.metrics.to_prometheus({"transfer": after})
         assert f"shardstream_transfer_parts_total {after['parts']}" in text
