@@ -1,0 +1,158 @@
+// Loader::Impl: one consumer's epoch as the facade keeps it between calls:
+// the plan and its delivery tracker, the runs of delivered samples not yet
+// marked, token documents left part-delivered, the batch target of equal
+// batches, the running LoaderRun and the statistics. Private to pipeline/:
+// loader.cc is the facade over it, loader_impl.cc plans and tracks.
+#ifndef SHARDSTREAM_PIPELINE_LOADER_IMPL_H_
+#define SHARDSTREAM_PIPELINE_LOADER_IMPL_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipeline/loader_run.h"
+#include "pipeline/wait_histogram.h"
+#include "plan/epoch_layout.h"
+#include "plan/token_budget.h"
+#include "shardstream/delivery_tracker.h"
+#include "shardstream/loader.h"
+#include "shardstream/shard_split.h"
+
+namespace shardstream {
+
+using Clock = std::chrono::steady_clock;
+
+class Loader::Impl {
+ public:
+  LoaderOptions opt;
+  Manifest manifest;
+  std::shared_ptr<const std::vector<std::string>> urls;
+  int64_t epoch = 0;
+  ConsumerPlan plan;
+  std::unique_ptr<DeliveryTracker> tracker;
+  // Delivered samples not yet given to the tracker, as runs of consecutive
+  // samples of a shard: without a shuffle buffer each lane extends its own
+  // run, so a batch costs a few comparisons per sample and no sort. Sorting
+  // a large window before marking lets the tracker's per-range prefixes
+  // absorb nearly all shuffled samples too, instead of one out-of-order set
+  // node each; the window is allocated once, so next() allocates nothing.
+  struct Run {
+    int64_t shard, first, end;
+  };
+  static constexpr size_t kPendingDeliveries = 1 << 16;
+  std::vector<Run> pending;
+  void AddDelivered(const SampleId& id) {
+    // The runs the lanes are extending are among the last few.
+    const size_t n = pending.size();
+    for (size_t i = n; i > 0 && i + 8 > n; --i) {
+      Run& r = pending[i - 1];
+      if (r.shard == id.shard && r.end == id.index) {
+        ++r.end;
+        return;
+      }
+    }
+    if (n == kPendingDeliveries) FlushDeliveries();
+    pending.push_back(Run{id.shard, id.index, id.index + 1});
+  }
+  // Token batches: partly delivered documents from a restore, and the one
+  // the last returned batch left unfinished.
+  std::map<std::pair<int64_t, int64_t>, int64_t> partial;
+  bool has_carry = false;
+  LoaderState::Partial carry;
+  std::unique_ptr<internal::LoaderRun> run;
+  // Batch slots for every epoch (allocated, or pinned, once); each run holds
+  // its own reference, and a batch the caller keeps holds its slot.
+  std::shared_ptr<BufferPool> pool;
+  // Direct reads' index records, likewise: at most half a ring's bytes per
+  // lane kept idle between shards and epochs.
+  std::shared_ptr<internal::DirectRecycler> recycler;
+  // Cached shards whose sample index the source lacks, likewise.
+  std::shared_ptr<internal::MissingIndexes> missing_indexes;
+  std::unique_ptr<internal::RunCounters> counters = std::make_unique<internal::RunCounters>();
+  Status sticky;
+  bool ended = false;
+  bool stopped = false;
+  bool warned_untracked = false;
+  // Cancel() may come from another thread while next() runs: the run pointer
+  // is swapped and cancelled under run_mu, and joined only by the owner.
+  std::atomic<bool> cancelled{false};
+  std::mutex run_mu;
+
+  mutable std::mutex stats_mu;  // guards the fields below (stats() from any thread)
+  uint64_t batches = 0, samples = 0, bytes = 0;
+  std::vector<uint64_t> stream_samples;  // delivered, per stream
+  bool timing = false;
+  Clock::time_point first_next, last_log;
+  internal::WaitHistogram waits;
+
+  // Mixed streams (LoaderOptions::streams): the epoch's shard list.
+  internal::EpochLayout layout;
+  bool mixing() const { return layout.mixing(); }
+  // What resume states carry: the data set's fingerprint, the mix, the mode
+  // (legacy: as earlier releases wrote it).
+  std::string DataFingerprint(bool legacy = false) const {
+    return (legacy ? manifest.LegacyFingerprint() : manifest.Fingerprint()) +
+           (mixing() ? layout.Fingerprint() : "") + (opt.mode == LoaderMode::kEval ? "/eval" : "");
+  }
+  // The manifest shard and first sample of entry v of the epoch's list.
+  std::pair<int64_t, int64_t> Locate(int64_t v) const { return layout.Locate(v); }
+
+  // Token batches: the documents' token counts and what a plan makes of
+  // them (made at the first plan that needs them, kept for every epoch).
+  std::unique_ptr<internal::TokenBudget> budget;
+  // Batches this consumer returns in the epoch: a cap (equal_batches with
+  // several consumers, or a restored own state's count; -1: none) and what
+  // batches_per_epoch() answers (-1: unknown); batches returned so far.
+  static constexpr int64_t kNotCounted = -2;
+  int64_t batch_target = -1;
+  int64_t token_batches = -1;  // or kNotCounted
+  int64_t returned = 0;
+  // batch_target is everyone's smallest count (equal batches, several
+  // consumers), not a restored own state's.
+  bool equal_cut = false;
+  // What the equal-batches cut left out of this consumer's epochs since
+  // Create: documents and their tokens (eod not counted).
+  uint64_t cut_samples = 0, cut_tokens = 0;
+  void CountCut();
+  // What the last Plan laid out, to count every worker of this rank when
+  // asked (rank_batches_per_epoch).
+  std::vector<int64_t> plan_counts;
+  std::string plan_fingerprint;
+  PlanOptions plan_options;
+  std::shared_ptr<const ResumeState> plan_resume;
+
+  // `batches_left`: a restored own state's count (-1: none).
+  Status Plan(const ResumeState* resume, int64_t e, int64_t batches_left = -1);
+  Status LoadTokenCounts() {
+    if (!budget) budget = std::make_unique<internal::TokenBudget>(opt.tokens, opt.batch_size);
+    return budget->Load(manifest, opt.tokens, opt.source, opt.index_dir);
+  }
+  internal::TokenBudget::Locate Locator() const {
+    return [this](int64_t v) { return Locate(v); };
+  }
+  // Batches the packer makes from consumer plan `p` (partial documents
+  // from a restore start where they stopped). REQUIRES: LoadTokenCounts().
+  int64_t TokenBatches(const ConsumerPlan& p) const {
+    return budget->Batches(budget->Rows(p, Locator(), partial));
+  }
+  void EndRun() {
+    std::unique_ptr<internal::LoaderRun> r;
+    {
+      std::lock_guard<std::mutex> lock(run_mu);
+      r = std::move(run);
+    }
+    if (r) r->Stop();
+  }
+  Status Deliver(const Batch& b);
+  void FlushDeliveries();
+};
+
+}  // namespace shardstream
+
+#endif  // SHARDSTREAM_PIPELINE_LOADER_IMPL_H_

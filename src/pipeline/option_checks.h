@@ -1,0 +1,22 @@
+// What the loader checks of its options before it touches any data: that
+// they make sense together, and that what they make resident fits
+// memory_budget (docs/pipeline.md, "Memory").
+#ifndef SHARDSTREAM_PIPELINE_OPTION_CHECKS_H_
+#define SHARDSTREAM_PIPELINE_OPTION_CHECKS_H_
+
+#include "shardstream/manifest.h"
+#include "shardstream/options.h"
+#include "shardstream/status.h"
+
+namespace shardstream::internal {
+
+// kConfig naming the first option that is out of range or conflicts.
+Status ValidateLoaderOptions(const LoaderOptions& o);
+
+// kConfig with the estimate's parts when the options need more than
+// memory_budget for data set `m` (0: no check).
+Status CheckMemoryBudget(const LoaderOptions& o, const Manifest& m);
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_OPTION_CHECKS_H_
