@@ -95,6 +95,59 @@ TEST_F(ShardCacheTest, OpenIfCachedServesOnlyCompleteEntries) {
   EXPECT_EQ(off->OpenIfCached(refs[0]).status().code(), StatusCode::kNotFound);
 }
 
+// Entries are read through the cache's Source, as everything else is: a
+// fault injected there reaches hits, streamed or random access, and the
+// error names the shard (not the cache's hashed file name) and the byte.
+TEST_F(ShardCacheTest, HitsAreReadThroughTheCacheSource) {
+  auto refs = MakeShards(1, 300000);
+  auto disk = std::make_shared<FaultSource>(LocalSource());
+  auto options = Options(10 << 20);
+  options.fs = disk;
+  options.verify_hits = true;
+  auto cache = NewCache(options);
+  ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());
+  cache->WaitIdle();
+  const int64_t before = disk->reads();
+  auto hit = ReadThroughCache(*cache, refs[0]);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(*hit, contents_[0]);
+  EXPECT_GT(disk->reads(), before);
+  EXPECT_EQ(cache->stats().hits, 1u);
+
+  const std::string url = RedactUrl(refs[0].url);
+  disk->FailNthErrno(FaultSource::Op::kRead, 1, EIO, /*sticky=*/true, ".shard");
+  auto shard = cache->Open(refs[0]);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_TRUE((*shard)->hit());
+  auto failed = ReadAll(**shard);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kIo) << failed.status();
+  EXPECT_EQ(failed.status().url(), url);
+  EXPECT_EQ(failed.status().offset(), 0);
+  EXPECT_NE(failed.status().message().find("read cached " + url), std::string::npos)
+      << failed.status();
+  auto file = cache->OpenIfCached(refs[0]);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::string buf(1000, '\0');
+  auto at = (*file)->ReadAt(5000, buf.size(), buf.data());
+  ASSERT_FALSE(at.ok());
+  EXPECT_EQ(at.status().url(), url);
+  EXPECT_EQ(at.status().offset(), 5000);
+  ReadPiece piece{buf.data(), buf.size()};
+  EXPECT_EQ((*file)->ReadVAt(7000, &piece, 1).status().offset(), 7000);
+
+  // A byte gone bad on the cache disk: the hit is checked (verify_hits).
+  disk->ClearFaults();
+  disk->CorruptReadByte(123456, ".shard");
+  auto bad = ReadThroughCache(*cache, refs[0]);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kChecksum) << bad.status();
+  disk->ClearFaults();
+  auto good = ReadThroughCache(*cache, refs[0]);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(*good, contents_[0]);
+}
+
 // A stream reading this process's download from its first byte leaves the
 // checksum to the download. The next four tests are the ways that can go
 // wrong: a bad attempt it already read from, an attempt that fails part way,

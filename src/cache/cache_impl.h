@@ -48,11 +48,16 @@ struct Download {
   Status check_status;
 };
 
-// What a reader reads from at a given moment.
+// What a reader reads from at a given moment. Every byte of an entry or a
+// temporary is read through a RandomAccessFile from the cache's Source
+// (ShardCacheOptions::fs), so fault injection reaches cache hits too.
 struct Attachment {
   enum Kind { kFile, kGrowing, kSource } kind = kSource;
   bool hit = false;
-  int fd = -1;                          // kFile, kGrowing (foreign): owned
+  std::unique_ptr<RandomAccessFile> file;  // kFile, kGrowing (foreign)
+  // kGrowing (foreign): the same temporary, for its identity only (inode and
+  // link count: published or discarded), never read.
+  int identity_fd = -1;
   FileLock pin;                         // kFile: shared lock on the entry
   uint64_t size = 0;                    // kFile: entry size
   std::shared_ptr<Download> download;   // kGrowing in this process
@@ -111,8 +116,10 @@ class ShardCache::Impl {
   const ShardCacheOptions opts;
 
  private:
-  // Opens the complete entry of `key` if present and consistent with `ref`.
-  bool OpenEntry(const std::string& key, const ShardRef& ref, int* fd, uint64_t* size);
+  // Opens the complete entry of `key` if present and consistent with `ref`
+  // (null otherwise: an entry that cannot be opened is a miss).
+  std::unique_ptr<RandomAccessFile> OpenEntry(const std::string& key, const ShardRef& ref,
+                                              uint64_t* size);
   std::shared_ptr<internal::Download> ActiveDownload(const std::string& key);
   bool CachingSuspended();
 

@@ -193,12 +193,8 @@ void ShardCache::Impl::PrefetchOne(const ShardRef& ref) {
   const std::string lock_path = internal::LockPath(opts.dir, key);
   auto owner = internal::LockFile(lock_path, true, false);
   if (!owner.ok() || !owner->held()) return;  // in use or being downloaded elsewhere
-  int fd;
   uint64_t size;
-  if (OpenEntry(key, ref, &fd, &size)) {
-    ::close(fd);
-    return;
-  }
+  if (OpenEntry(key, ref, &size)) return;
   auto d = std::make_shared<Download>();
   d->ref = ref;
   d->key = key;

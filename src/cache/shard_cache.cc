@@ -34,17 +34,19 @@ std::string CacheKey(const std::string& url) {
 
 namespace internal {
 Attachment::Attachment(Attachment&& o) noexcept
-    : kind(o.kind), hit(o.hit), fd(o.fd), pin(std::move(o.pin)), size(o.size),
-      download(std::move(o.download)), stream(std::move(o.stream)) {
-  o.fd = -1;
+    : kind(o.kind), hit(o.hit), file(std::move(o.file)), identity_fd(o.identity_fd),
+      pin(std::move(o.pin)), size(o.size), download(std::move(o.download)),
+      stream(std::move(o.stream)) {
+  o.identity_fd = -1;
 }
 Attachment& Attachment::operator=(Attachment&& o) noexcept {
   if (this != &o) {
-    if (fd >= 0) ::close(fd);
+    if (identity_fd >= 0) ::close(identity_fd);
     kind = o.kind;
     hit = o.hit;
-    fd = o.fd;
-    o.fd = -1;
+    file = std::move(o.file);
+    identity_fd = o.identity_fd;
+    o.identity_fd = -1;
     pin = std::move(o.pin);
     size = o.size;
     download = std::move(o.download);
@@ -53,7 +55,7 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
   return *this;
 }
 Attachment::~Attachment() {
-  if (fd >= 0) ::close(fd);
+  if (identity_fd >= 0) ::close(identity_fd);
 }
 }  // namespace internal
 
@@ -80,28 +82,31 @@ bool ShardCache::Impl::CachingSuspended() {
   return std::chrono::steady_clock::now() < suspended_until_;
 }
 
-bool ShardCache::Impl::OpenEntry(const std::string& key, const ShardRef& ref, int* fd_out,
-                                 uint64_t* size_out) {
-  int fd = ::open(internal::EntryPath(opts.dir, key).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat st;
-  bool ok = ::fstat(fd, &st) == 0 && (ref.size < 0 || st.st_size == ref.size);
+std::unique_ptr<RandomAccessFile> ShardCache::Impl::OpenEntry(const std::string& key,
+                                                              const ShardRef& ref,
+                                                              uint64_t* size_out) {
+  const std::string path = internal::EntryPath(opts.dir, key);
+  auto file = opts.fs->OpenRandomAccess(path);
+  if (!file.ok()) {
+    if (file.status().code() != StatusCode::kNotFound)
+      internal::Log().warn("shard cache: entry of {} unreadable, fetched again: {}",
+                           RedactUrl(ref.url), file.status().ToString());
+    return nullptr;
+  }
+  auto size = (*file)->Size();
+  bool ok = size.ok() && (ref.size < 0 || *size == static_cast<uint64_t>(ref.size));
   if (ok && !ref.checksum.empty()) {
     // An entry of an older version of the object (the manifest changed) is
     // stale: it is replaced by a fresh download.
-    auto meta = ReadFileToString(*LocalSource(), internal::MetaPath(opts.dir, key));
+    auto meta = ReadFileToString(*opts.fs, internal::MetaPath(opts.dir, key));
     auto j = meta.ok() ? nlohmann::json::parse(*meta, nullptr, false) : nlohmann::json();
     ok = j.is_object() && j.value("checksum", std::string()) == ref.checksum;
   }
-  if (!ok) {
-    ::close(fd);
-    return false;
-  }
-  if (opts.mode == CacheMode::kReadWrite) (void)::futimens(fd, nullptr);  // LRU: last use
-  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  *fd_out = fd;
-  *size_out = static_cast<uint64_t>(st.st_size);
-  return true;
+  if (!ok) return nullptr;
+  // LRU: the entry's time of last use (its modification time, as eviction reads it).
+  if (opts.mode == CacheMode::kReadWrite) (void)::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+  *size_out = *size;
+  return std::move(*file);
 }
 
 Result<Attachment> ShardCache::Impl::FromSource(const ShardRef& ref, uint64_t pos) {
@@ -152,14 +157,13 @@ Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, 
     if (!locked.ok() && !no_lock_file) return locked.status();
     FileLock pin = locked.ok() ? std::move(*locked) : FileLock();
     if (pin.held() || no_lock_file) {
-      int fd;
       uint64_t size;
-      if (OpenEntry(key, ref, &fd, &size)) {
+      if (auto file = OpenEntry(key, ref, &size)) {
         if (count_open) UpdateStats([](CacheStats& s) { s.hits++; });
         Attachment att;
         att.kind = Attachment::kFile;
         att.hit = pos == 0;
-        att.fd = fd;
+        att.file = std::move(file);
         att.size = size;
         att.pin = std::move(pin);
         return att;
@@ -173,10 +177,7 @@ Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, 
       // 3. Nobody has it: become its downloader.
       SHARDSTREAM_ASSIGN_OR_RETURN(FileLock owner, internal::LockFile(lock_path, true, false));
       if (owner.held()) {
-        if (OpenEntry(key, ref, &fd, &size)) {  // published meanwhile
-          ::close(fd);
-          continue;
-        }
+        if (OpenEntry(key, ref, &size)) continue;  // published meanwhile
         auto d = std::make_shared<Download>();
         d->ref = ref;
         d->key = key;
@@ -200,14 +201,21 @@ Result<Attachment> ShardCache::Impl::Acquire(const ShardRef& ref, uint64_t pos, 
       if (cached_only) return not_cached();
       std::string temp = internal::ReadLockContent(lock_path);
       if (!temp.empty() && temp.find('/') == std::string::npos) {
-        int fd = ::open((opts.dir + "/" + temp).c_str(), O_RDONLY | O_CLOEXEC);
+        // Its identity first: a temporary replaced between the two opens is
+        // then seen as discarded, never read as the one we hold.
+        const std::string path = opts.dir + "/" + temp;
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         struct stat st;
         if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_nlink > 0) {
-          if (count_open) UpdateStats([](CacheStats& s) { s.joined++; });
-          Attachment att;
-          att.kind = Attachment::kGrowing;
-          att.fd = fd;
-          return att;
+          auto file = opts.fs->OpenRandomAccess(path);
+          if (file.ok()) {
+            if (count_open) UpdateStats([](CacheStats& s) { s.joined++; });
+            Attachment att;
+            att.kind = Attachment::kGrowing;
+            att.file = std::move(*file);
+            att.identity_fd = fd;
+            return att;
+          }
         }
         if (fd >= 0) ::close(fd);
       }

@@ -14,7 +14,6 @@
 #include "cache/cache_impl.h"
 #include "shardstream/checksum.h"
 #include "shardstream/url.h"
-#include "sources/posix_read.h"
 
 namespace shardstream::internal {
 namespace {
@@ -25,15 +24,14 @@ using Clock = std::chrono::steady_clock;
 // process is still alive (its lock is free once it is gone).
 constexpr auto kOwnerProbe = std::chrono::milliseconds(100);
 
-Result<size_t> PRead(int fd, uint64_t pos, size_t n, void* out, const std::string& url) {
-  while (true) {
-    ssize_t r = ::pread(fd, out, n, static_cast<off_t>(pos));
-    if (r >= 0) return static_cast<size_t>(r);
-    if (errno != EINTR) {
-      Status s = Status::FromErrno(errno, "read cached " + url);
-      return Status(s.code(), s.message(), url, static_cast<int64_t>(pos));
-    }
-  }
+// Reads of an entry or a temporary name the shard and the byte, not the
+// cache's file (its name is a hash).
+Result<size_t> ReadCached(RandomAccessFile& file, uint64_t pos, size_t n, void* out,
+                          const std::string& url) {
+  Result<size_t> got = file.ReadAt(pos, n, out);
+  if (got.ok()) return got;
+  return Status(got.status().code(), "read cached " + url + ": " + got.status().message(), url,
+                got.status().offset() >= 0 ? got.status().offset() : static_cast<int64_t>(pos));
 }
 
 bool SameFile(int fd, const std::string& path) {
@@ -155,8 +153,8 @@ class ShardStream final : public CachedShard {
     std::vector<char> buf(std::min<uint64_t>(pos_, 1 << 20));
     for (uint64_t off = 0; off < pos_;) {
       SHARDSTREAM_ASSIGN_OR_RETURN(
-          size_t got, PRead(att_.fd, off, std::min<uint64_t>(buf.size(), pos_ - off), buf.data(),
-                            redacted_));
+          size_t got, ReadCached(*att_.file, off, std::min<uint64_t>(buf.size(), pos_ - off),
+                                 buf.data(), redacted_));
       if (got == 0) {
         return Status(StatusCode::kIo,
                       "cached " + redacted_ + " shrank below the " + std::to_string(pos_) +
@@ -172,7 +170,7 @@ class ShardStream final : public CachedShard {
   Result<size_t> ReadBackend(size_t n, void* out, bool* reattach) {
     switch (att_.kind) {
       case Attachment::kFile: {
-        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, PRead(att_.fd, pos_, n, out, redacted_));
+        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, ReadCached(*att_.file, pos_, n, out, redacted_));
         impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
         return got;
       }
@@ -207,10 +205,9 @@ class ShardStream final : public CachedShard {
           continue;
         }
         // A new attempt (or the first): read its temporary from our position.
-        int fd = ::open(d.temp_path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-          if (att_.fd >= 0) ::close(att_.fd);
-          att_.fd = fd;
+        auto file = impl_->opts.fs->OpenRandomAccess(d.temp_path);
+        if (file.ok()) {
+          att_.file = std::move(*file);
           generation_ = d.generation;
           // Read from its first byte, the attempt's own check covers us
           // (if it checks the same checksum: manifests may disagree).
@@ -218,11 +215,10 @@ class ShardStream final : public CachedShard {
             trusted_ = generation_;
         }
       }
-      if (att_.fd >= 0 && generation_ == d.generation && d.written > pos_) {
+      if (att_.file && generation_ == d.generation && d.written > pos_) {
         size_t want = std::min<uint64_t>(n, d.written - pos_);
-        int fd = att_.fd;
         lock.unlock();
-        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, PRead(fd, pos_, want, out, redacted_));
+        SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, ReadCached(*att_.file, pos_, want, out, redacted_));
         impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
         return got;
       }
@@ -279,18 +275,21 @@ class ShardStream final : public CachedShard {
     while (true) {
       if (cancelled_ || impl_->stopping()) return Cancelled();
       struct stat st;
-      if (::fstat(att_.fd, &st) != 0) return Status::FromErrno(errno, "stat cached " + redacted_);
-      uint64_t size = static_cast<uint64_t>(st.st_size);
+      if (::fstat(att_.identity_fd, &st) != 0)
+        return Status::FromErrno(errno, "stat cached " + redacted_);
+      SHARDSTREAM_ASSIGN_OR_RETURN(uint64_t size, att_.file->SizeNow());
       if (size > pos_) {
         SHARDSTREAM_ASSIGN_OR_RETURN(
-            size_t got, PRead(att_.fd, pos_, std::min<uint64_t>(n, size - pos_), out, redacted_));
+            size_t got,
+            ReadCached(*att_.file, pos_, std::min<uint64_t>(n, size - pos_), out, redacted_));
         impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += got; });
         return got;
       }
-      if (SameFile(att_.fd, EntryPath(dir, key))) {
+      if (SameFile(att_.identity_fd, EntryPath(dir, key))) {
         // Published, so complete; but the last appends and the rename may
-        // have come between the fstat above and this check.
-        if (::fstat(att_.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > pos_) continue;
+        // have come between the size above and this check.
+        auto now_size = att_.file->SizeNow();
+        if (now_size.ok() && *now_size > pos_) continue;
         return size_t{0};
       }
       if (st.st_nlink == 0) {  // that attempt was discarded
@@ -303,7 +302,7 @@ class ShardStream final : public CachedShard {
         auto probe = LockFile(LockPath(dir, key), false, false, /*create=*/false);
         if (!probe.ok() || probe->held()) {
           // The writer released the entry: published, or it died.
-          if (SameFile(att_.fd, EntryPath(dir, key))) continue;
+          if (SameFile(att_.identity_fd, EntryPath(dir, key))) continue;
           *reattach = true;
           return size_t{0};
         }
@@ -355,7 +354,8 @@ class PinnedFile final : public RandomAccessFile {
     size_t done = 0;
     char* dst = static_cast<char*>(out);
     while (done < n) {
-      SHARDSTREAM_ASSIGN_OR_RETURN(size_t got, PRead(att_.fd, offset + done, n - done, dst + done, url_));
+      SHARDSTREAM_ASSIGN_OR_RETURN(size_t got,
+                                   ReadCached(*att_.file, offset + done, n - done, dst + done, url_));
       if (got == 0) break;
       done += got;
     }
@@ -363,15 +363,22 @@ class PinnedFile final : public RandomAccessFile {
     return done;
   }
   Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n) override {
-    SHARDSTREAM_ASSIGN_OR_RETURN(size_t done, PReadVAll(att_.fd, offset, pieces, n, url_));
+    Result<size_t> read = att_.file->ReadVAt(offset, pieces, n);
+    if (!read.ok()) {
+      const Status& s = read.status();
+      return Status(s.code(), "read cached " + url_ + ": " + s.message(), url_,
+                    s.offset() >= 0 ? s.offset() : static_cast<int64_t>(offset));
+    }
+    const size_t done = *read;
     impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += done; });
     return done;
   }
   // The entry is complete and immutable (a new version is a new file), so a
-  // mapping of it stays valid while the pin holds it.
-  Result<View> MapView() override { return mapping_.Get(att_.fd, att_.size, url_); }
-  Result<uint64_t> SizeNow() override { return LazyMapping::SizeNow(att_.fd, url_); }
-  void ReleaseView(uint64_t offset, uint64_t n) override { mapping_.Release(offset, n); }
+  // mapping of it stays valid while the pin holds it; a Source whose files
+  // have no mapping (a fault-injecting one) is read instead.
+  Result<View> MapView() override { return att_.file->MapView(); }
+  Result<uint64_t> SizeNow() override { return att_.file->SizeNow(); }
+  void ReleaseView(uint64_t offset, uint64_t n) override { att_.file->ReleaseView(offset, n); }
   void CountViewBytes(uint64_t n) override {
     impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += n; });
   }
@@ -380,7 +387,6 @@ class PinnedFile final : public RandomAccessFile {
   std::shared_ptr<ShardCache::Impl> impl_;
   std::string url_;
   Attachment att_;
-  LazyMapping mapping_;  // declared last: unmapped first
 };
 
 }  // namespace
@@ -419,9 +425,9 @@ Result<std::unique_ptr<RandomAccessFile>> OpenPinnedRandomAccess(
       if (!d->status.ok()) return d->status;
       continue;
     }
-    struct stat st;
-    if (::fstat(att.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) != last_size) {
-      last_size = static_cast<uint64_t>(st.st_size);
+    auto size = att.file->SizeNow();
+    if (size.ok() && *size != last_size) {
+      last_size = *size;
       last_progress = Clock::now();
     } else if (Clock::now() - last_progress > impl->opts.stall_timeout) {
       return Status(StatusCode::kUnavailable, "download of " + redacted + " stalled", redacted);
