@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+from bench_common import write_json
+
 NTENSORS = 32
 
 
@@ -226,8 +228,7 @@ def main() -> None:
     line = json.dumps({k: v for k, v in out.items() if k != "raw"})
     print(line)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(args.json, out)
     shutil.rmtree(args.dir, ignore_errors=True)
 
 

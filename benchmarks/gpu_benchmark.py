@@ -58,12 +58,10 @@ import argparse
 import contextlib
 import ctypes
 import gc
-import json
 import math
 import multiprocessing
 import os
 import platform
-import shutil
 import signal
 import statistics
 import sys
@@ -80,6 +78,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+from bench_common import finish_dir, prepare_dir, shard_paths, write_json  # noqa: E402
 
 T0 = time.perf_counter()
 VOCAB = 32000
@@ -117,49 +117,13 @@ TINY = dict(seq=128, token_samples=1024, tokens_per_shard=64,
 
 # -- data ----------------------------------------------------------------------------------
 
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def prepare_dir(out: str, params: dict) -> bool:
-    """True when `out` already holds the data set `params`; otherwise empties it (only if it is
-    one of ours or empty) and returns False."""
-    manifest = os.path.join(out, "manifest.jsonl")
-    marker = os.path.join(out, "params.json")
-    if read_json(marker) == params and os.path.exists(manifest):
-        return True
-    if os.path.exists(out) and os.listdir(out):
-        if not (os.path.exists(marker) or os.path.exists(os.path.join(out, ".writing"))):
-            raise SystemExit(f"{out} is not empty and holds no data set of this benchmark")
-        shutil.rmtree(out)
-    os.makedirs(out, exist_ok=True)
-    open(os.path.join(out, ".writing"), "w").close()
-    return False
-
-
-def finish_dir(out: str, params: dict) -> None:
-    with open(os.path.join(out, "params.json"), "w") as f:
-        json.dump(params, f)
-    os.remove(os.path.join(out, ".writing"))
-
-
-def shard_paths(manifest: str) -> list:
-    d = os.path.dirname(os.path.abspath(manifest))
-    with open(manifest) as f:
-        return [os.path.join(d, json.loads(line)["url"]) for line in f if line.strip()]
-
-
 def make_tokens(root: str, samples: int, seq: int, per_shard: int) -> str:
     import shardstream
     params = {"kind": "tokens", "version": 1, "samples": samples, "seq": seq, "vocab": VOCAB,
               "per_shard": per_shard, "seed": 0}
     out = os.path.join(root, f"tokens_n{samples}_s{seq}_p{per_shard}")
     manifest = os.path.join(out, "manifest.jsonl")
-    if prepare_dir(out, params):
+    if prepare_dir(out, params) is not None:
         log(f"data: reusing {out}")
         return manifest
     t = time.perf_counter()
@@ -185,7 +149,7 @@ def make_images(root: str, images: int, unique: int, per_shard: int, procs: int)
               "per_shard": per_shard, "generator": dict(vb.DATA_PARAMS)}
     out = os.path.join(root, f"images_n{images}_u{unique}_p{per_shard}")
     manifest = os.path.join(out, "manifest.jsonl")
-    if prepare_dir(out, params):
+    if prepare_dir(out, params) is not None:
         log(f"data: reusing {out}")
         return manifest
     t = time.perf_counter()
@@ -979,13 +943,6 @@ def part_resnet(args, S, dev, img_manifest, out: dict) -> None:
 
 
 # -- driver --------------------------------------------------------------------------------
-
-def write_json(path: str, obj: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
 
 def table(res: dict) -> str:
     lines = []

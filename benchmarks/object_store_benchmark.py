@@ -36,7 +36,6 @@ import argparse
 import io
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ import time
 
 import numpy as np
 
+from bench_common import last_json
 from remote_benchmark import free_port, wait_port
 
 
@@ -213,7 +213,7 @@ print(json.dumps({"seconds": secs, "first_batch_s": first, "samples": samples, "
 def run_child(python, cfg, env, total_bytes):
     out = subprocess.run([python, "-c", CHILD, json.dumps(cfg)], check=True, capture_output=True,
                          text=True, env=env).stdout
-    r = json.loads(out.strip().splitlines()[-1])
+    r = last_json(out)
     if cfg["mode"] in ("s3torch", "s3torch_dataloader", "boto3") and r["bytes"] != total_bytes:
         raise RuntimeError("%s read %d bytes of %d" % (cfg["mode"], r["bytes"], total_bytes))
     r["mb_per_s"] = total_bytes / r["seconds"] / 1e6

@@ -30,6 +30,8 @@ import tarfile
 import tempfile
 import time
 
+from bench_common import last_json
+
 
 def free_port():
     s = socket.socket()
@@ -94,7 +96,7 @@ BENCH_ARGS = []  # --chunk-size, passed to every `shardstream bench`
 def bench(cli, args):
     out = subprocess.run([cli, "bench", "--json", "--no-external"] + BENCH_ARGS + args, check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return last_json(out)
 
 
 def curl_gbps(url, size):
@@ -228,7 +230,7 @@ def upload(build, work, size_mib, runs, python):
         out = subprocess.run([os.path.join(build, "benchmarks", "s3_upload_benchmark"), "--size-mib",
                               str(size_mib), "--runs", str(runs)], env=env, check=True,
                              capture_output=True, text=True).stdout
-        return json.loads(out.strip().splitlines()[-1])
+        return last_json(out)
     finally:
         moto.terminate()
         moto.wait()

@@ -61,10 +61,11 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
-import threading
 import time
+
+from bench_common import (ensure_mds, finish_dir, import_torch_rss, interleave, log,
+                          prepare_dir, read_json, shard_paths, warm_cache)
 
 BATCH = 256
 WORKERS = 2  # DataLoader workers of WebDataset and Streaming
@@ -84,18 +85,6 @@ CONFIGS = (
 )
 
 
-def log(*a) -> None:
-    print(*a, file=sys.stderr, flush=True)
-
-
-def read_json(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 # -- the data sets ---------------------------------------------------------------------------
 
 def make_data(root: str, name: str, samples: int) -> str:
@@ -107,28 +96,16 @@ def make_data(root: str, name: str, samples: int) -> str:
     params = {"version": 2, "samples": samples, "seq": seq, "seed": seed, "max_bytes": "64MiB"}
     out = os.path.join(root, name)
     manifest = os.path.join(out, "manifest.jsonl")
-    marker = os.path.join(out, "params.json")
-    if read_json(marker) == params and os.path.exists(manifest):
+    if prepare_dir(out, params) is not None:
         return manifest
-    if os.path.exists(out):
-        if not os.path.exists(manifest) and not os.path.exists(marker):
-            raise SystemExit(f"{out} holds no data set of this benchmark: pass another --dir")
-        shutil.rmtree(out)
     log(f"data: writing {name} ({samples} samples of {seq} int32) into {out}")
     rng = np.random.default_rng(seed)
     with shardstream.ShardWriter(out, max_bytes=params["max_bytes"]) as w:
         for i in range(samples):
             w.write({"__key__": f"s{i:08d}",
                      "tokens.npy": rng.integers(0, 50000, size=seq, dtype=np.int32)})
-    with open(marker, "w") as f:
-        json.dump(params, f)
+    finish_dir(out, params)
     return manifest
-
-
-def shard_urls(manifest: str):
-    d = os.path.dirname(manifest)
-    with open(manifest) as f:
-        return [os.path.join(d, json.loads(line)["url"]) for line in f if line.strip()]
 
 
 def tar_tokens(paths: list):
@@ -151,33 +128,10 @@ def write_mds(manifest: str, out: str) -> None:
         shutil.rmtree(out)
     n = 0
     with streaming.MDSWriter(out=out, columns={"tokens": "ndarray:int32"}) as w:
-        for tokens in tar_tokens(shard_urls(manifest)):
+        for tokens in tar_tokens(shard_paths(manifest)):
             w.write({"tokens": tokens})
             n += 1
     print(json.dumps({"samples": n, "streaming_version": streaming.__version__}))
-
-
-def ensure_mds(python: str, root: str, name: str, manifest: str) -> str:
-    out = os.path.join(root, name + "-mds")
-    marker = os.path.join(out, "params.json")
-    want = read_json(os.path.join(os.path.dirname(manifest), "params.json"))
-    if read_json(marker) != want:
-        log(f"data: writing the MDS copy of {name} into {out} (Streaming)")
-        r = subprocess.run([python, ME, "--write-mds", manifest, out], capture_output=True,
-                           text=True)
-        if r.returncode != 0:
-            raise RuntimeError("MDSWriter failed: " + tail(r.stderr))
-        with open(marker, "w") as f:
-            json.dump(want, f)
-    return out
-
-
-def warm_cache(paths: list) -> None:
-    """Reads the files once, so every library finds them in the page cache."""
-    for p in paths:
-        with open(p, "rb") as f:
-            while f.read(1 << 24):
-                pass
 
 
 # -- one configuration of one library, in its own process -----------------------------------
@@ -209,7 +163,7 @@ def run_one(cfg: dict) -> dict:
         versions["webdataset"] = wds.__version__
 
         def source(manifest: str, resampled: bool):
-            urls = shard_urls(manifest)
+            urls = shard_paths(manifest)
             if resampled:
                 d = wds.WebDataset(urls, resampled=True, shardshuffle=False, empty_check=False)
             else:
@@ -272,65 +226,6 @@ def run_one(cfg: dict) -> dict:
             "versions": versions}
 
 
-# -- memory of a process tree ------------------------------------------------------------------
-
-def tree_memory(pid: int) -> tuple:
-    """(RSS, anonymous RSS) bytes of pid and all its descendants. RSS also counts mapped
-    file pages (the libraries' code) and shared memory."""
-    rss = anon = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss += int(line.split()[1]) * 1024
-                    elif line.startswith("RssAnon:"):
-                        anon += int(line.split()[1]) * 1024
-                        break
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                stack += [int(c) for c in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return rss, anon
-
-
-def tree_rss(pid: int) -> int:
-    """RSS bytes of pid and all its descendants."""
-    return tree_memory(pid)[0]
-
-
-def tail(text: str, lines: int = 15) -> str:
-    return "\n".join((text or "").strip().splitlines()[-lines:])
-
-
-def measure(cmd) -> tuple:
-    """Runs cmd, sampling its process tree's memory every 5 ms; (its last stdout line as
-    JSON, peak RSS, peak anonymous RSS). Raises RuntimeError with the end of its stderr if
-    it fails."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = peak_anon = 0
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak, peak_anon
-        while not done.is_set():
-            rss, anon = tree_memory(proc.pid)
-            peak, peak_anon = max(peak, rss), max(peak_anon, anon)
-            time.sleep(0.005)
-
-    t = threading.Thread(target=sample)
-    t.start()
-    out, err = proc.communicate()
-    done.set()
-    t.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"exit status {proc.returncode}: {tail(err)}")
-    lines = out.strip().splitlines()
-    return (json.loads(lines[-1]) if lines else {}), peak, peak_anon
-
-
 # -- the driver -----------------------------------------------------------------------------
 
 def config_name(kind: str, shuffle: bool) -> str:
@@ -385,18 +280,18 @@ def main() -> None:
                                     "scripts/bench_env.sh, or pass --streaming-python")
         else:
             try:
-                mds = {n: ensure_mds(streaming_python, root, n, manifests[n]) for n in names}
+                mds = {n: ensure_mds(streaming_python, ME, manifests[n],
+                                     os.path.join(root, n + "-mds"),
+                                     read_json(os.path.join(root, n, "params.json")))
+                       for n in names}
             except RuntimeError as e:
                 skipped["streaming"] = str(e)
-    files = [u for n in names for u in shard_urls(manifests[n])]
+    files = [u for n in names for u in shard_paths(manifests[n])]
     for d in mds.values():
         files += [os.path.join(d, f) for f in sorted(os.listdir(d))]
     warm_cache(files)
 
-    base = [measure([sys.executable, "-c", "import torch, time; time.sleep(0.3); print('{}')"])[1]
-            for _ in range(args.runs)]
-    torch_rss = statistics.median(base)
-    log(f"import torch alone: peak RSS {torch_rss / 2**20:.0f} MiB")
+    torch_rss = import_torch_rss(args.runs)
 
     def command(lib: str, kind: str, sets: tuple, shuffle: bool) -> list:
         cfg = {"lib": lib, "shuffle": shuffle, "epochs": args.epochs,
@@ -407,25 +302,20 @@ def main() -> None:
         python = streaming_python if lib == "streaming" else sys.executable
         return [python, ME, "--child", json.dumps(cfg)]
 
-    runs = {}  # (config name, lib) -> list of results
-    for r in range(args.runs):
-        for kind, sets, shuffle in configs:
-            cname = config_name(kind, shuffle)
-            for lib in libs:
-                if lib in skipped:
-                    continue
-                try:
-                    out, peak, peak_anon = measure(command(lib, kind, sets, shuffle))
-                except RuntimeError as e:
-                    skipped[lib] = f"failed ({cname}): {e}"
-                    log(f"run {r + 1}/{args.runs} {cname} {lib}: {skipped[lib]}")
-                    continue
-                out.update(peak_rss=peak, peak_rss_anon=peak_anon)
-                runs.setdefault((cname, lib), []).append(out)
-                log(f"run {r + 1}/{args.runs} {cname:19s} {lib:11s} "
-                    f"{out['batches_per_s']:8.1f} batches/s  first batch "
-                    f"{out['first_batch_s'] * 1000:6.0f} ms  peak RSS {peak / 2**20:5.0f} MiB "
-                    f"(anon {peak_anon / 2**20:.0f})  rows/epoch {out['rows_per_epoch']}")
+    def report(r: int, key: tuple, res):
+        cname, lib = key
+        if isinstance(res, RuntimeError):
+            why = f"failed ({cname}): {res}"
+            log(f"run {r + 1}/{args.runs} {cname} {lib}: {why}")
+            return why
+        log(f"run {r + 1}/{args.runs} {cname:19s} {lib:11s} "
+            f"{res['batches_per_s']:8.1f} batches/s  first batch "
+            f"{res['first_batch_s'] * 1000:6.0f} ms  peak RSS {res['peak_rss'] / 2**20:5.0f} MiB "
+            f"(anon {res['peak_rss_anon'] / 2**20:.0f})  rows/epoch {res['rows_per_epoch']}")
+
+    contenders = [((config_name(kind, shuffle), lib), lib, command(lib, kind, sets, shuffle))
+                  for kind, sets, shuffle in configs for lib in libs]
+    runs = interleave(args.runs, contenders, skipped, report)  # (config name, lib) -> results
 
     results = []
     mib = 2 ** 20

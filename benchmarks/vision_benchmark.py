@@ -82,12 +82,11 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
-import threading
 import time
 
-from torch_vs_webdataset import tree_rss  # the process tree's RSS, sampled the same way
+from bench_common import (ensure_mds, finish_dir, import_torch_rss, interleave, log,
+                          prepare_dir, shard_paths, warm_cache)
 
 BATCH = 256
 SIZE = 224
@@ -105,10 +104,6 @@ DATA_PARAMS = {
     "max_bytes": "128MiB",
     "seed": 0,
 }
-
-
-def log(*a) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 # -- the data set -------------------------------------------------------------------------
@@ -208,32 +203,13 @@ def synth_jpeg(index: int) -> tuple:
     return f"img{index:08d}", out.getvalue(), label, w, h
 
 
-def read_params(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def make_data(root: str, images: int) -> dict:
     """Writes the data set into `root` unless it is there with the same parameters;
     returns the contents of root/params.json."""
     want = dict(DATA_PARAMS, images=images)
-    params_path = os.path.join(root, "params.json")
-    manifest = os.path.join(root, "manifest.jsonl")
-    have = read_params(params_path)
-    if have is not None and have.get("params") == want and os.path.exists(manifest):
+    have = prepare_dir(root, want, key="params")
+    if have is not None:
         return have
-    writing = os.path.join(root, ".writing")  # a write under way or interrupted
-    if os.path.exists(root) and os.listdir(root):
-        if have is None and not os.path.exists(manifest) and not os.path.exists(writing):
-            raise SystemExit(f"{root} is not empty and holds no data set of this benchmark: "
-                             "pass another --dir")
-        log(f"data: parameters changed or an earlier write did not finish, rewriting {root}")
-        shutil.rmtree(root)
-    os.makedirs(root, exist_ok=True)
-    open(writing, "w").close()
     import multiprocessing
     import shardstream
     log(f"data: writing {images} JPEGs into {root} on 2 processes")
@@ -248,26 +224,16 @@ def make_data(root: str, images: int) -> dict:
             total_pixels += width * height
             if n % 2000 == 0:
                 log(f"data: {n}/{images} ({time.perf_counter() - t0:.0f} s)")
-    with open(manifest) as f:
-        shards = sum(1 for line in f if line.strip())
+    shards = len(shard_paths(os.path.join(root, "manifest.jsonl")))
     info = {"params": want, "shards": shards, "jpeg_bytes": total_bytes,
             "mean_jpeg_bytes": total_bytes / images,
             "mean_megapixels": total_pixels / images / 1e6,
             "bits_per_pixel": total_bytes * 8 / total_pixels,
             "seconds_to_write": time.perf_counter() - t0}
-    with open(params_path + ".tmp", "w") as f:
-        json.dump(info, f, indent=1)
-    os.replace(params_path + ".tmp", params_path)
-    os.remove(writing)
+    finish_dir(root, info)
     log(f"data: {images} JPEGs, {total_bytes / 2**20:.0f} MiB in {shards} shards, "
         f"{info['seconds_to_write']:.0f} s")
     return info
-
-
-def shard_paths(manifest: str) -> list:
-    d = os.path.dirname(os.path.abspath(manifest))
-    with open(manifest) as f:
-        return [os.path.join(d, json.loads(line)["url"]) for line in f if line.strip()]
 
 
 def tar_samples(paths: list):
@@ -287,14 +253,6 @@ def tar_samples(paths: list):
                 fields[ext] = tar.extractfile(m).read()
         if cur is not None:
             yield cur, fields["jpg"], int(fields["cls"])
-
-
-def warm_cache(paths: list) -> None:
-    """Reads the files once, so every contender finds them in the page cache."""
-    for p in paths:
-        with open(p, "rb") as f:
-            while f.read(1 << 24):
-                pass
 
 
 # -- what the Python contenders do per image ---------------------------------------------
@@ -415,20 +373,6 @@ def write_mds(manifest: str, out: str) -> None:
     print(json.dumps({"samples": n, "streaming_version": streaming.__version__}))
 
 
-def ensure_mds(python: str, root: str, manifest: str, info: dict) -> str:
-    out = os.path.join(root, "mds")
-    marker = os.path.join(out, "params.json")
-    if read_params(marker) != info["params"]:
-        log(f"data: writing the MDS copy into {out} (Streaming)")
-        r = subprocess.run([python, ME, "--write-mds", manifest, out], capture_output=True,
-                           text=True)
-        if r.returncode != 0:
-            raise RuntimeError("MDSWriter failed: " + tail(r.stderr))
-        with open(marker, "w") as f:
-            json.dump(info["params"], f)
-    return out
-
-
 # -- one contender, in its own process -------------------------------------------------------
 
 def run_one(cfg: dict) -> dict:
@@ -505,34 +449,6 @@ def run_one(cfg: dict) -> dict:
             "versions": versions}
 
 
-def tail(text: str, lines: int = 15) -> str:
-    return "\n".join((text or "").strip().splitlines()[-lines:])
-
-
-def measure(cmd) -> tuple:
-    """Runs cmd, sampling its process tree's RSS every 5 ms; (its last stdout line as
-    JSON, peak RSS bytes). Raises RuntimeError with the end of its stderr if it fails."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, tree_rss(proc.pid))
-            time.sleep(0.005)
-
-    t = threading.Thread(target=sample)
-    t.start()
-    out, err = proc.communicate()
-    done.set()
-    t.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"exit status {proc.returncode}: {tail(err)}")
-    lines = out.strip().splitlines()
-    return (json.loads(lines[-1]) if lines else {}), peak
-
-
 # -- the driver ----------------------------------------------------------------------------
 
 CONTENDERS = (
@@ -598,7 +514,8 @@ def main() -> None:
                                 "scripts/bench_env.sh, or pass --streaming-python")
     else:
         try:
-            mds = ensure_mds(streaming_python, root, manifest, info)
+            mds = ensure_mds(streaming_python, ME, manifest, os.path.join(root, "mds"),
+                             info["params"])
         except RuntimeError as e:
             skipped["streaming"] = str(e)
     decode_bin = os.path.abspath(args.decode_limit_bin)
@@ -618,29 +535,20 @@ def main() -> None:
         python = streaming_python if name == "streaming" else sys.executable
         return [python, ME, "--child", json.dumps(cfg)]
 
-    base = [measure([sys.executable, "-c", "import torch, time; time.sleep(0.3); print('{}')"])[1]
-            for _ in range(args.runs)]
-    torch_rss = statistics.median(base)
-    log(f"import torch alone: peak RSS {torch_rss / 2**20:.0f} MiB")
+    torch_rss = import_torch_rss(args.runs)
 
-    names = [n for n, _ in CONTENDERS if n not in skipped]
-    runs = {n: [] for n in names}
-    for r in range(args.runs):
-        for name in names:
-            if name in skipped:
-                continue
-            try:
-                out, peak = measure(command(name))
-            except RuntimeError as e:
-                skipped[name] = f"failed: {e}"
-                log(f"run {r + 1}/{args.runs} {name}: {skipped[name]}")
-                continue
-            out["peak_rss"] = peak
-            runs[name].append(out)
-            log(f"run {r + 1}/{args.runs} {name}: {out['images_per_s']:.1f} images/s"
-                + (f", first batch {out['first_batch_s'] * 1000:.0f} ms"
-                   if out.get("first_batch_s") is not None else "")
-                + f", peak RSS {peak / 2**20:.0f} MiB")
+    def report(r: int, name: str, res):
+        if isinstance(res, RuntimeError):
+            why = f"failed: {res}"
+            log(f"run {r + 1}/{args.runs} {name}: {why}")
+            return why
+        log(f"run {r + 1}/{args.runs} {name}: {res['images_per_s']:.1f} images/s"
+            + (f", first batch {res['first_batch_s'] * 1000:.0f} ms"
+               if res.get("first_batch_s") is not None else "")
+            + f", peak RSS {res['peak_rss'] / 2**20:.0f} MiB")
+
+    runs = interleave(args.runs, [(n, n, command(n)) for n, _ in CONTENDERS if n not in skipped],
+                      skipped, report)
 
     results = {}
     for name, label in CONTENDERS:
