@@ -9,6 +9,8 @@ array or tensor viewing it is gone.
 from __future__ import annotations
 
 import atexit
+import difflib
+import inspect
 import numbers
 import os
 import weakref
@@ -17,6 +19,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import _core, _logging
+from .options import BY_NAME, OPTIONS
 
 FieldsArg = Union[None, Sequence[Union[str, Mapping[str, Any]]], Mapping[str, Union[str, Mapping[str, Any]]]]
 
@@ -96,63 +99,68 @@ def _inputs(urls: UrlsArg) -> List[str]:
     raise TypeError(f"urls: expected a path, url or list of them, not {type(urls).__name__}")
 
 
-def loader_options(urls: UrlsArg, *, fields: FieldsArg = None, tokens: Optional[Mapping[str, Any]] = None,
-                   batch_size: int = 32, shuffle: bool = True, shuffle_buffer: Optional[int] = None,
-                   shuffle_size: Optional[int] = None, shuffle_initial: Optional[int] = None,
-                   seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
-                   worker: int = 0, num_workers: int = 1, drop_last: bool = False,
-                   pad_remainder: bool = False, prefetch: Optional[int] = None,
-                   reader_threads: Optional[int] = None, open_shards: Optional[int] = None,
-                   cache_dir: Optional[str] = None, cache_limit: Union[int, str, None] = None,
-                   cache_mode: str = "rw", pinned: bool = True, error_policy: str = "raise",
-                   memory_budget: Union[int, str, None] = None,
-                   variable_bytes: Union[int, str, None] = None,
-                   read_chunk: Union[int, str, None] = None, shard_queue: Optional[int] = None,
-                   engine: Optional[str] = None, log_interval_s: Optional[float] = None,
-                   direct_reads: bool = True,
-                   learn_sample_counts: bool = True, index_dir: Optional[str] = None,
-                   mode: str = "train",
-                   node_local: bool = False, local_world_size: Optional[int] = None,
-                   streams: Optional[Sequence[Mapping[str, Any]]] = None,
-                   epoch_size: Optional[int] = None) -> Dict[str, Any]:
+def loader_options(urls: UrlsArg, **options: Any) -> Dict[str, Any]:
     """The native options dict for these keyword arguments (see :class:`Loader`).
 
-    Each keyword is a row of :data:`shardstream.options.OPTIONS` (its default
-    and help; docs/options.md); None means that row's default.
+    The keywords are the rows of :data:`shardstream.options.OPTIONS` (and
+    ``shuffle_size``, WebDataset's name for ``shuffle_buffer``); an option not
+    given, or None, takes its row's default (docs/options.md). The signature
+    is made from the table too.
     """
-    if shuffle_buffer is not None and shuffle_size is not None and shuffle_buffer != shuffle_size:
+    for k in options:
+        if k not in BY_NAME and k != "shuffle_size":
+            close = difflib.get_close_matches(k, list(BY_NAME), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"loader_options() got an unexpected keyword argument {k!r}{hint}")
+    given = {k: v for k, v in options.items() if v is not None}
+    buf, alias = given.get("shuffle_buffer"), given.get("shuffle_size")
+    if buf is not None and alias is not None and buf != alias:
         raise _core_config_error("give shuffle_buffer or its alias shuffle_size, not both")
-    buf = shuffle_buffer if shuffle_buffer is not None else shuffle_size
-    if not shuffle or mode == "eval":
-        buf = 0
-    tok = None
-    if tokens is not None:
-        tok = dict(tokens)
+    streams = given.get("streams")
+    opts: Dict[str, Any] = {"manifest": "",
+                            "inputs": [] if urls is None and streams else _inputs(urls)}
+    for o in OPTIONS:
+        if o.native is None:
+            continue
+        v = given.get(o.name)
+        if v is not None and o.type == "size":
+            v = parse_size(v)
+        elif v is not None and o.type == "path":
+            v = os.fspath(v)
+        opts[o.native] = v
+    # The options whose Python form differs from the native one.
+    opts["shuffle_buffer"] = buf if buf is not None else alias
+    if not given.get("shuffle", True) or given.get("mode") == "eval":
+        opts["shuffle_buffer"] = 0
+    opts["fields"] = normalize_fields(given.get("fields"))
+    if opts["tokens"] is not None:
+        tok = dict(opts["tokens"])
         for k in ("dtype", "input_dtype"):
             if k in tok:
                 tok[k] = _dtype_text(tok[k])
-    opts: Dict[str, Any] = {
-        "manifest": "", "inputs": [] if urls is None and streams else _inputs(urls),
-        "streams": [dict(st) for st in streams] if streams else None,
-        "epoch_size": epoch_size,
-        "fields": normalize_fields(fields), "tokens": tok,
-        "batch_size": batch_size, "shuffle_buffer": buf, "shuffle_initial": shuffle_initial,
-        "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size, "worker": worker,
-        "num_workers": num_workers, "drop_last": drop_last, "pad_remainder": pad_remainder,
-        "prefetch": prefetch, "reader_threads": reader_threads, "open_shards": open_shards,
-        "pinned": pinned, "error_policy": error_policy, "memory_budget": parse_size(memory_budget),
-        "variable_bytes": parse_size(variable_bytes), "read_chunk": parse_size(read_chunk),
-        "shard_queue": shard_queue, "engine": engine, "log_interval_s": log_interval_s,
-        "direct_reads": direct_reads, "learn_sample_counts": learn_sample_counts,
-        "index_dir": None if index_dir is None else os.fspath(index_dir), "mode": mode,
-        "node_local": node_local, "local_world_size": local_world_size,
-    }
-    if cache_dir is not None:
-        limit = parse_size(cache_limit)
-        if limit is None and cache_mode in ("rw", "read_write"):
+        opts["tokens"] = tok
+    opts["streams"] = [dict(st) for st in streams] if streams else None
+    if "cache_dir" in given:
+        limit = parse_size(given.get("cache_limit"))
+        mode = given.get("cache_mode", BY_NAME["cache_mode"].default)
+        if limit is None and mode in ("rw", "read_write"):
             raise _core_config_error("cache_dir needs cache_limit (bytes the cache may hold)")
-        opts["cache"] = {"dir": os.fspath(cache_dir), "limit_bytes": limit or 0, "mode": cache_mode}
+        opts["cache"] = {"dir": os.fspath(given["cache_dir"]), "limit_bytes": limit or 0,
+                         "mode": mode}
     return opts
+
+
+def _options_signature() -> inspect.Signature:
+    P = inspect.Parameter
+    params = [P("urls", P.POSITIONAL_OR_KEYWORD, annotation="UrlsArg")]
+    for o in OPTIONS:
+        params.append(P(o.name, P.KEYWORD_ONLY, default=o.default))
+        if o.name == "shuffle_buffer":
+            params.append(P("shuffle_size", P.KEYWORD_ONLY, default=None))
+    return inspect.Signature(params, return_annotation="Dict[str, Any]")
+
+
+loader_options.__signature__ = _options_signature()  # type: ignore[attr-defined]
 
 
 Batch = Dict[str, Any]

@@ -1,86 +1,106 @@
 """The loader options, listed once.
 
 Every option of :class:`shardstream.Loader` and
-:class:`shardstream.torch.ShardDataset` is a row here: its name, type,
-default, the native ``LoaderOptions`` field it sets, and one line of help.
-``docs/options.md`` is generated from this table (``python -m
-shardstream.options > docs/options.md``), and the tests check it against the
-native defaults (``_core.loader_option_defaults()``), against the keyword
-arguments of ``Loader``/``loader_options``/``ShardDataset``, and against the
-docs, so an option added in one place and forgotten in another fails a test.
+:class:`shardstream.torch.ShardDataset` is a row here: its name, type, help,
+the native ``LoaderOptions`` field it sets, and how the binding sets it.
+Made from this table:
+
+- the keywords and signature of :func:`shardstream.loader.loader_options`
+  (``Loader(urls, **options)``), and the options dict it builds;
+- the binding's rows for plain options (``python/src/loader_option_rows.inc``:
+  the value cast to the field's own C++ type), ``python -m shardstream.options
+  --binding``;
+- ``docs/options.md``, ``python -m shardstream.options``.
+
+A plain option's default is the C++ field's initializer (``options.h``), read
+from the native module, not written here again. The tests check the generated
+files are current and the Python signatures agree, so adding a plain option is
+a field in ``LoaderOptions`` (its implementation) and a row here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
+
+# A plain option's default: the native field's initializer.
+NATIVE = object()
 
 
 @dataclass(frozen=True)
 class Option:
     name: str               # the Python keyword
-    type: str               # as shown in the docs
-    default: Any            # the effective default (the native one where there is one)
+    type: str               # as shown in the docs; "size" takes "500GB" too, "path" a PathLike
+    default: Any            # the effective default; NATIVE: the C++ field's
     help: str
     native: Optional[str] = None  # the native option it sets; None: Python only
     cpp: str = ""           # the C++ LoaderOptions field, for the docs
+    # The binding converts the value itself (an enum, a nested spec) instead of
+    # casting it to the field's type.
+    own: bool = False
+
+    @property
+    def plain(self) -> bool:
+        return self.native is not None and not self.own
 
 
 OPTIONS: Tuple[Option, ...] = (
     Option("fields", "list of names or specs", None,
            "Fields that become tensors; None: every field of the first sample, decoded by extension "
            "(image fields: docs/images.md)",
-           "fields", "fields"),
+           "fields", "fields", own=True),
     Option("tokens", "dict", None,
            'Language-model token batches: {"field", "seq_len", "layout", "eod_token", "pad_token", '
            '"dtype", "input_dtype", "document_metadata", "equal_batches"}',
-           "tokens", "tokens"),
-    Option("batch_size", "int", 32, "Samples (or token rows) per batch", "batch_size",
+           "tokens", "tokens", own=True),
+    Option("batch_size", "int", NATIVE, "Samples (or token rows) per batch", "batch_size",
            "batch_size"),
     Option("shuffle", "bool", True,
            "False turns the sample shuffle off (shuffle_buffer 0); shards stay in the plan's "
            "seeded order, read several at once: for manifest order use `mode=\"eval\"`"),
-    Option("shuffle_buffer", "int", 1000,
+    Option("shuffle_buffer", "int", NATIVE,
            "Samples held for shuffling (alias shuffle_size); 0 or 1: none", "shuffle_buffer",
            "shuffle_buffer"),
-    Option("shuffle_initial", "int", -1,
+    Option("shuffle_initial", "int", NATIVE,
            "Samples buffered before the first one leaves; -1: shuffle_buffer", "shuffle_initial",
            "shuffle_initial"),
-    Option("seed", "int", 0, "Seed of every shuffle and split", "seed", "seed"),
-    Option("epoch", "int", 0, "First epoch (later ones: set_epoch)", "epoch", "epoch"),
+    Option("seed", "int", NATIVE, "Seed of every shuffle and split", "seed", "seed"),
+    Option("epoch", "int", NATIVE, "First epoch (later ones: set_epoch)", "epoch", "epoch"),
     Option("streams", "list of dicts", None,
            'Data sets mixed per epoch: [{"inputs": url(s), "weight" | "repeat" | "choose", '
            '"name"}], instead of urls (docs/pipeline.md, "Mixing data sets")', "streams",
-           "streams"),
-    Option("epoch_size", "int", 0,
+           "streams", own=True),
+    Option("epoch_size", "int", NATIVE,
            "Weighted streams: samples per epoch over all streams; 0: their total", "epoch_size",
            "epoch_size"),
     Option("mode", "str", "train",
            '"train", or "eval": manifest order, every sample once, no drop or pad', "mode",
-           "mode"),
-    Option("rank", "int", 0, "This rank (ShardDataset: from torch.distributed or RANK)", "rank",
+           "mode", own=True),
+    Option("rank", "int", NATIVE, "This rank (ShardDataset: from torch.distributed or RANK)", "rank",
            "rank"),
-    Option("world_size", "int", 1, "Ranks (ShardDataset: from torch.distributed or WORLD_SIZE)",
+    Option("world_size", "int", NATIVE, "Ranks (ShardDataset: from torch.distributed or WORLD_SIZE)",
            "world_size", "world_size"),
-    Option("worker", "int", 0, "This DataLoader worker (ShardDataset: from get_worker_info)",
+    Option("worker", "int", NATIVE, "This DataLoader worker (ShardDataset: from get_worker_info)",
            "worker", "worker"),
-    Option("num_workers", "int", 1, "DataLoader workers per rank (ShardDataset: from the DataLoader)",
+    Option("num_workers", "int", NATIVE, "DataLoader workers per rank (ShardDataset: from the DataLoader)",
            "num_workers", "num_workers"),
-    Option("node_local", "bool", False,
+    Option("node_local", "bool", NATIVE,
            "Assign shards to nodes once for all epochs, so each node's cache keeps its part",
            "node_local", "node_local"),
-    Option("local_world_size", "int", 0,
+    Option("local_world_size", "int", NATIVE,
            "Ranks per node for node_local (ShardDataset: LOCAL_WORLD_SIZE or SLURM's)",
            "local_world_size", "local_world_size"),
-    Option("drop_last", "bool", False, "Drop an epoch's last, smaller batch", "drop_last",
+    Option("drop_last", "bool", NATIVE, "Drop an epoch's last, smaller batch", "drop_last",
            "drop_last"),
-    Option("pad_remainder", "bool", False,
+    Option("pad_remainder", "bool", NATIVE,
            "Pad the samples left over by an uneven split instead of dropping them",
            "pad_remainder", "pad_remainder"),
-    Option("prefetch", "int", 4, "Batches ready ahead of the caller", "prefetch", "prefetch"),
-    Option("reader_threads", "int", 2, "Worker threads (one core each at full speed)",
+    Option("prefetch", "int", NATIVE, "Batches ready ahead of the caller", "prefetch", "prefetch"),
+    Option("reader_threads", "int", NATIVE, "Worker threads (one core each at full speed)",
            "reader_threads", "reader_threads"),
-    Option("open_shards", "int", 4, "Shards open at once, interleaved", "open_shards",
+    Option("open_shards", "int", NATIVE, "Shards open at once, interleaved", "open_shards",
            "open_shards"),
     Option("cache_dir", "path", None, "Node-local shard cache directory (default: no cache)",
            cpp="cache"),
@@ -88,31 +108,41 @@ OPTIONS: Tuple[Option, ...] = (
            cpp="cache"),
     Option("cache_mode", "str", "rw", '"rw", "ro" or "off"', cpp="cache"),
     Option("pinned", "bool", True, "CUDA pinned batch memory when a GPU is present", "pinned",
-           "allocator"),
+           "allocator", own=True),
     Option("error_policy", "str", "raise", '"raise", "skip_shard" or "skip_sample"',
-           "error_policy", "error_policy"),
-    Option("memory_budget", "size", 0, "Refuse options needing more resident memory; 0: no check",
+           "error_policy", "error_policy", own=True),
+    Option("memory_budget", "size", NATIVE, "Refuse options needing more resident memory; 0: no check",
            "memory_budget", "memory_budget"),
-    Option("variable_bytes", "size", 1 << 20, "Bytes per batch for bytes/str fields and keys",
+    Option("variable_bytes", "size", NATIVE, "Bytes per batch for bytes/str fields and keys",
            "variable_bytes", "variable_bytes"),
-    Option("read_chunk", "size", 512 << 10, "Read-buffer size per open shard", "read_chunk",
+    Option("read_chunk", "size", NATIVE, "Read-buffer size per open shard", "read_chunk",
            "read_chunk"),
-    Option("shard_queue", "int", 256, "Samples buffered per open shard", "shard_queue",
+    Option("shard_queue", "int", NATIVE, "Samples buffered per open shard", "shard_queue",
            "shard_queue"),
-    Option("engine", "str", "fast", '"fast" or "libarchive" tar reader', "engine", "engine"),
-    Option("log_interval_s", "float", 0.0, "Seconds between progress log lines; 0: none",
+    Option("engine", "str", "fast", '"fast" or "libarchive" tar reader', "engine", "engine", own=True),
+    Option("log_interval_s", "float", NATIVE, "Seconds between progress log lines; 0: none",
            "log_interval_s", "log_interval_s"),
-    Option("direct_reads", "bool", True,
+    Option("direct_reads", "bool", NATIVE,
            "Token documents of indexed local shards read straight into the batch", "direct_reads",
            "direct_reads"),
-    Option("learn_sample_counts", "bool", True,
+    Option("learn_sample_counts", "bool", NATIVE,
            "Without a manifest, learn sample counts from .idx sidecars (building them locally)",
            "learn_sample_counts", "learn_sample_counts"),
-    Option("index_dir", "str", None,
+    Option("index_dir", "path", None,
            "Local folder for the indexes the loader builds, instead of beside the shards",
-           "index_dir", "index_dir"),
+           "index_dir", "index_dir", own=True),
 )
 
+
+
+def _with_native_defaults(rows: Tuple[Option, ...]) -> Tuple[Option, ...]:
+    from . import _core
+    native = _core.loader_option_defaults()
+    return tuple(dataclasses.replace(o, default=native[o.native]) if o.default is NATIVE else o
+                 for o in rows)
+
+
+OPTIONS = _with_native_defaults(OPTIONS)
 BY_NAME = {o.name: o for o in OPTIONS}
 # Native keys Python builds itself rather than taking as a keyword.
 NATIVE_ONLY = ("manifest", "inputs", "cache")
@@ -134,9 +164,10 @@ def markdown() -> str:
     lines = [
         "# Loader options",
         "",
-        "Generated from `python/shardstream/options.py` (`python -m shardstream.options`); the tests",
-        "check it against the native defaults and the Python signatures. The same options are the",
-        "keyword arguments of `shardstream.Loader` and `shardstream.torch.ShardDataset`, and the",
+        "Generated from the option table, `python/shardstream/options.py` (`python -m",
+        "shardstream.options`), which also makes `loader_options`' keywords and the binding's rows for",
+        "plain options; a plain option's default is its C++ field's initializer. The same options are",
+        "the keyword arguments of `shardstream.Loader` and `shardstream.torch.ShardDataset`, and the",
         "fields of the C++ `LoaderOptions` (`include/shardstream/options.h`). Sizes take `KB`/`MB`/`GB`",
         "(powers of 1000) or `KiB`/`MiB`/`GiB` (powers of 1024).",
         "",
@@ -149,5 +180,14 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def binding_rows() -> str:
+    """python/src/loader_option_rows.inc: the binding's rows for plain options."""
+    lines = ["// Generated from python/shardstream/options.py (python -m shardstream.options --binding",
+             "// > python/src/loader_option_rows.inc); do not edit. The rows of the plain options:",
+             "// the Python value cast to the LoaderOptions field's own type."]
+    lines += [f"SS_PLAIN({o.native})," for o in OPTIONS if o.plain]
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    print(binding_rows() if sys.argv[1:] == ["--binding"] else markdown(), end="")

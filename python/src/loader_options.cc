@@ -7,6 +7,7 @@
 #include <cctype>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 #include <string>
 #include <utility>
@@ -270,10 +271,16 @@ struct OptionRow {
 
 py::object NoneOf(const LoaderOptions&) { return py::none(); }
 
-#define SS_SCALAR(field, type)                                                        \
-  OptionRow {                                                                         \
-    #field, [](LoaderOptions& o, py::handle v) { o.field = v.cast<type>(); },         \
-        [](const LoaderOptions& o) -> py::object { return py::cast(o.field); }        \
+// A plain option: the Python value cast to the field's own type. The rows of
+// plain options are generated from the option table (loader_option_rows.inc);
+// the rows written here convert their values themselves.
+#define SS_PLAIN(field)                                                                   \
+  OptionRow {                                                                             \
+    #field,                                                                               \
+        [](LoaderOptions& o, py::handle v) {                                              \
+          o.field = v.cast<std::decay_t<decltype(LoaderOptions::field)>>();               \
+        },                                                                                \
+        [](const LoaderOptions& o) -> py::object { return py::cast(o.field); }            \
   }
 
 const std::vector<OptionRow>& OptionRows() {
@@ -290,19 +297,8 @@ const std::vector<OptionRow>& OptionRows() {
          for (py::handle h : v) o.streams.push_back(StreamOf(h));
        },
        NoneOf},
-      SS_SCALAR(epoch_size, int64_t),
-      SS_SCALAR(learn_sample_counts, bool),
       {"index_dir", [](LoaderOptions& o, py::handle v) { o.index_dir = v.cast<std::string>(); },
        NoneOf},
-      SS_SCALAR(rank, int),
-      SS_SCALAR(world_size, int),
-      SS_SCALAR(worker, int),
-      SS_SCALAR(num_workers, int),
-      SS_SCALAR(seed, uint64_t),
-      SS_SCALAR(epoch, int64_t),
-      SS_SCALAR(pad_remainder, bool),
-      SS_SCALAR(node_local, bool),
-      SS_SCALAR(local_world_size, int),
       {"mode",
        [](LoaderOptions& o, py::handle v) {
          const std::string m = v.cast<std::string>();
@@ -313,11 +309,6 @@ const std::vector<OptionRow>& OptionRows() {
        [](const LoaderOptions& o) -> py::object {
          return py::str(o.mode == LoaderMode::kEval ? "eval" : "train");
        }},
-      SS_SCALAR(shuffle_buffer, int64_t),
-      SS_SCALAR(shuffle_initial, int64_t),
-      SS_SCALAR(batch_size, int64_t),
-      SS_SCALAR(drop_last, bool),
-      SS_SCALAR(direct_reads, bool),
       {"fields",
        [](LoaderOptions& o, py::handle v) {
          for (py::handle f : v) o.fields.push_back(FieldOf(f));
@@ -325,13 +316,6 @@ const std::vector<OptionRow>& OptionRows() {
        NoneOf},
       {"tokens", [](LoaderOptions& o, py::handle v) { o.tokens = TokensOf(v.cast<py::dict>()); },
        NoneOf},
-      SS_SCALAR(variable_bytes, size_t),
-      SS_SCALAR(prefetch, int64_t),
-      SS_SCALAR(reader_threads, int),
-      SS_SCALAR(open_shards, int),
-      SS_SCALAR(read_chunk, size_t),
-      SS_SCALAR(shard_queue, int64_t),
-      SS_SCALAR(memory_budget, size_t),
       {"pinned",
        [](LoaderOptions& o, py::handle v) {
          if (!v.cast<bool>()) o.allocator = PageableAllocator();
@@ -360,14 +344,14 @@ const std::vector<OptionRow>& OptionRows() {
        [](const LoaderOptions& o) -> py::object {
          return py::str(o.engine == TarEngine::kFast ? "fast" : "libarchive");
        }},
-      SS_SCALAR(log_interval_s, double),
       {"cache", [](LoaderOptions& o, py::handle v) { o.cache = CacheOf(v.cast<py::dict>()); },
        NoneOf},
+#include "loader_option_rows.inc"
   };
   return rows;
 }
 
-#undef SS_SCALAR
+#undef SS_PLAIN
 
 }  // namespace
 

@@ -1,14 +1,18 @@
 """The option table (shardstream/options.py) is the one list of loader
-options: the native binding, the Python signatures and docs/options.md must
-all agree with it."""
+options: the binding's plain rows, loader_options' signature and
+docs/options.md are made from it, and the native defaults and ShardDataset's
+keywords must agree with it."""
 
 import inspect
 import os
+import pathlib
 
 import shardstream
 from shardstream import _core
 from shardstream.loader import loader_options
-from shardstream.options import BY_NAME, NATIVE_ONLY, OPTIONS, markdown
+import pytest
+
+from shardstream.options import BY_NAME, NATIVE_ONLY, OPTIONS, binding_rows, markdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,3 +58,26 @@ def test_docs_are_generated_from_the_table():
         assert f.read() == markdown(), "regenerate: python -m shardstream.options > docs/options.md"
     import shardstream.options as table
     assert table.OPTIONS is OPTIONS
+
+
+def test_the_binding_rows_are_generated_from_the_table():
+    with open(os.path.join(ROOT, "python", "src", "loader_option_rows.inc")) as f:
+        assert f.read() == binding_rows(), (
+            "regenerate: python -m shardstream.options --binding > python/src/loader_option_rows.inc")
+    # Every plain row reaches its native field with its own type, both ways.
+    native = _core.loader_option_defaults()
+    for o in OPTIONS:
+        if o.plain:
+            assert type(native[o.native]) is type(o.default), o.name
+
+
+def test_a_keyword_not_in_the_table_is_refused_with_the_nearest():
+    with pytest.raises(TypeError, match="'prefech'.*did you mean 'prefetch'"):
+        loader_options("m.jsonl", prefech=2)
+    with pytest.raises(TypeError, match="'prefech'"):
+        shardstream.Loader("m.jsonl", prefech=2)
+    opts = loader_options("m.jsonl", memory_budget="2GB", index_dir=pathlib.Path("/tmp/ix"),
+                          shuffle=False, cache_dir=pathlib.Path("/tmp/c"), cache_limit="1GiB")
+    assert opts["memory_budget"] == 2_000_000_000 and opts["index_dir"] == "/tmp/ix"
+    assert opts["shuffle_buffer"] == 0 and opts["prefetch"] is None  # None: the native default
+    assert opts["cache"] == {"dir": "/tmp/c", "limit_bytes": 1 << 30, "mode": "rw"}
