@@ -135,6 +135,12 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   // bottleneck). Neither: assembly itself is.
   double reader_wait_seconds = 0;
   double caller_wait_seconds = 0;
+  // The watchdog (LoaderOptions::watchdog_s): how long the next() in
+  // progress has waited so far (0: none waiting), the reports it made since
+  // Create, and the last one.
+  double waiting_seconds = 0;
+  uint64_t watchdog_reports = 0;
+  std::string watchdog_report;
 
   // One line: "loader: epoch 0, 812 batches, 5.1 batches/s, ..." (the
   // periodic log line).

@@ -235,6 +235,16 @@ struct LoaderOptions {
   bool direct_reads = true;
   // Seconds between "loader: ..." log lines; 0 for none. Default: 0.
   double log_interval_s = 0;
+  // The watchdog: when next() has waited this many seconds for a batch, it
+  // logs what each reader lane is at (the shard, its URL redacted, the last
+  // sample and its byte offset, whether a worker is on it) and the process's
+  // connections, again at each further multiple; LoaderStats counts the
+  // reports and keeps the last. 0: off. Default: 60.
+  double watchdog_s = 60;
+  // With the watchdog on, its first report is also next()'s error
+  // (kUnavailable) instead of waiting on: a hung source fails the step
+  // rather than the job's time limit. Default: false.
+  bool watchdog_error = false;
 };
 
 }  // namespace shardstream

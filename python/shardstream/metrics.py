@@ -17,6 +17,7 @@ _COUNTERS = {
     "copy_waits": "Batch slots reused only after the GPU finished copying them",
     "reader_wait_seconds": "Seconds the assembler waited for a lane to get a sample",
     "caller_wait_seconds": "Seconds the assembler waited for the caller (queue full or no free slot)",
+    "watchdog_reports": "Times next() waited watchdog_s (or a multiple) and logged the readers' state",
 }
 _GAUGES = {
     "epoch": "Epoch being read",
@@ -30,6 +31,7 @@ _GAUGES = {
     "cache_hit_rate": "Cache hits per shard open through the cache (-1: no cache)",
     "slot_bytes": "Bytes per batch slot",
     "slots": "Batch slots in the pool",
+    "waiting_seconds": "Seconds the next() in progress has waited for a batch (0: none waiting)",
 }
 
 

@@ -122,6 +122,13 @@ OPTIONS: Tuple[Option, ...] = (
     Option("engine", "str", "fast", '"fast" or "libarchive" tar reader', "engine", "engine", own=True),
     Option("log_interval_s", "float", NATIVE, "Seconds between progress log lines; 0: none",
            "log_interval_s", "log_interval_s"),
+    Option("watchdog_s", "float", NATIVE,
+           "Seconds next() waits for a batch before it logs what each reader lane is at (shard, "
+           "URL, sample, byte) and the connections, again at each multiple; 0: off",
+           "watchdog_s", "watchdog_s"),
+    Option("watchdog_error", "bool", NATIVE,
+           "The watchdog's first report is next()'s error (retryable) instead of waiting on",
+           "watchdog_error", "watchdog_error"),
     Option("direct_reads", "bool", NATIVE,
            "Token documents of indexed local shards read straight into the batch", "direct_reads",
            "direct_reads"),
@@ -138,8 +145,10 @@ OPTIONS: Tuple[Option, ...] = (
 def _with_native_defaults(rows: Tuple[Option, ...]) -> Tuple[Option, ...]:
     from . import _core
     native = _core.loader_option_defaults()
-    return tuple(dataclasses.replace(o, default=native[o.native]) if o.default is NATIVE else o
-                 for o in rows)
+    # A row whose field the native module lacks yet (it is being added: the
+    # binding's rows are generated before it is rebuilt) keeps NATIVE.
+    return tuple(dataclasses.replace(o, default=native.get(o.native, NATIVE))
+                 if o.default is NATIVE else o for o in rows)
 
 
 OPTIONS = _with_native_defaults(OPTIONS)

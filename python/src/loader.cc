@@ -71,6 +71,9 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["copy_waits"] = s.copy_waits;
   d["reader_wait_seconds"] = s.reader_wait_seconds;
   d["caller_wait_seconds"] = s.caller_wait_seconds;
+  d["waiting_seconds"] = s.waiting_seconds;
+  d["watchdog_reports"] = s.watchdog_reports;
+  d["watchdog_report"] = s.watchdog_report;
   // The process's remote reads (every loader and cache of it together).
   d["transfer"] = TransferStatsToDict(GetTransferStats());
   return d;

@@ -61,6 +61,25 @@ void LaneReader::FlushCount() {
   unpublished_bytes_ = 0;
 }
 
+std::string LaneReader::Describe() const {
+  const int phase = phase_.load(std::memory_order_relaxed);
+  if (phase == kDone) return "done";
+  if (phase == kBetween) return "between shards";
+  const int64_t ri = at_range_.load(std::memory_order_relaxed);
+  if (ri < 0 || static_cast<size_t>(ri) >= all_->size()) return "starting";
+  const LaneRange& r = (*all_)[static_cast<size_t>(ri)];
+  std::string s = (phase == kOpening ? "opening shard " : "reading shard ") +
+                  std::to_string(r.shard) + " (" + RedactUrl(r.ref.url) + ")";
+  const int64_t sample = at_sample_.load(std::memory_order_relaxed);
+  const uint64_t byte = at_byte_.load(std::memory_order_relaxed);
+  if (phase == kReading && sample >= 0)
+    s += " after sample " + std::to_string(sample) +
+         (byte == kUnknownByte ? std::string(" (read by index)") : " at byte " + std::to_string(byte));
+  else if (phase == kReading)
+    s += " before its first sample";
+  return s;
+}
+
 void LaneReader::Close() {
   FlushCount();
   direct_.reset();
@@ -215,7 +234,9 @@ bool LaneReader::Produce(LaneItem* item) {
   auto finish_range = [&] {
     Close();
     item->kind = LaneItem::kEnd;
-    return ++next_range_ == mine_.size();
+    const bool last = ++next_range_ == mine_.size();
+    phase_.store(last ? kDone : kBetween, std::memory_order_relaxed);
+    return last;
   };
   auto fail = [&](Status s) {
     Close();
@@ -224,7 +245,11 @@ bool LaneReader::Produce(LaneItem* item) {
     return true;
   };
   if (!reader_ && !direct_) {
+    at_range_.store(static_cast<int64_t>(mine_[next_range_]), std::memory_order_relaxed);
+    at_sample_.store(-1, std::memory_order_relaxed);
+    phase_.store(kOpening, std::memory_order_relaxed);
     Status s = OpenRange(r, item);
+    phase_.store(kReading, std::memory_order_relaxed);
     if (!s.ok()) {
       if (config_->tar.policy == ErrorPolicy::kSkipShard ||
           config_->tar.policy == ErrorPolicy::kSkipSample) {
@@ -248,6 +273,8 @@ bool LaneReader::Produce(LaneItem* item) {
     auto chunk = d.Next(config_->ring_bytes / 4, config_->direct_recycler);
     if (chunk.ok() && *chunk != nullptr) {
       read_ = d.next() - r.first;
+      at_sample_.store(d.next() - 1, std::memory_order_relaxed);
+      at_byte_.store(kUnknownByte, std::memory_order_relaxed);
       item->kind = LaneItem::kDirect;
       item->shard = r.shard;
       item->index_offset = r.index_offset;
@@ -282,6 +309,8 @@ bool LaneReader::Produce(LaneItem* item) {
     return finish_range();
   }
   ++read_;
+  at_sample_.store(item->sample.index, std::memory_order_relaxed);
+  at_byte_.store(item->sample.offset, std::memory_order_relaxed);
   item->kind = LaneItem::kSample;
   item->shard = r.shard;
   item->index_offset = r.index_offset;

@@ -188,6 +188,10 @@ class SHARDSTREAM_EXPORT LaneReader {
   void Close();
   // Makes a read blocked on a download, now or later, return kCancelled.
   void Cancel();
+  // Where the lane is, for the watchdog: any thread may call it while the
+  // lane reads. "opening shard 3 (url)", "reading shard 3 (url) after
+  // sample 41 at byte 524288", "between shards", "done".
+  std::string Describe() const;
 
  private:
   Status OpenRange(const LaneRange& r, LaneItem* scratch);
@@ -200,6 +204,15 @@ class SHARDSTREAM_EXPORT LaneReader {
   // Source::Prefetch for this lane's next range, if it starts at a shard's
   // first sample.
   void PrefetchNext();
+
+  // What Describe() reports, published with relaxed stores (read only by a
+  // consumer that has waited a long time, so no cache line bounces).
+  enum Phase : int { kBetween, kOpening, kReading, kDone };
+  std::atomic<int> phase_{kBetween};
+  std::atomic<int64_t> at_range_{-1};   // index into all_
+  std::atomic<int64_t> at_sample_{-1};  // the last sample read, in its shard
+  std::atomic<uint64_t> at_byte_{0};    // where that sample starts
+  static constexpr uint64_t kUnknownByte = ~uint64_t{0};  // documents read by index
 
   const std::vector<LaneRange>* all_;
   std::vector<size_t> mine_;

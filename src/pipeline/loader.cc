@@ -126,9 +126,35 @@ Result<Batch> Loader::next() {
   // not a slice that passed.)
   bool timed_out = false;
   Result<Batch> r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
+  int reports = 0;
+  if (timed_out)
+    m.waiting_since_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 t0.time_since_epoch()).count());
   while (timed_out) {
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (m.opt.watchdog_s > 0 && waited >= m.opt.watchdog_s * (reports + 1)) {
+      ++reports;
+      std::string report = m.WatchdogReport(waited);
+      internal::Log().warn("{}", report);
+      {
+        std::lock_guard<std::mutex> lock(m.stats_mu);
+        ++m.watchdog_reports;
+        m.watchdog_report = report;
+      }
+      if (m.opt.watchdog_error) {
+        m.waiting_since_ns.store(0);
+        m.sticky = Status::Unavailable(report + "\n(watchdog_error: raised instead of waiting on)");
+        // Cancelled, not joined: a read that is truly stuck would hold the
+        // join, the very wait this error ends. The next plan (set_epoch,
+        // restore) or Stop joins the run.
+        std::lock_guard<std::mutex> lock(m.run_mu);
+        if (m.run) m.run->Cancel();
+        return m.sticky;
+      }
+    }
     if (m.run->StarvedOfSlots()) {
       // A usage error, not a transient one: retrying cannot help.
+      m.waiting_since_ns.store(0);
       return Status::Config(
           "loader: the caller holds every batch slot (" + std::to_string(m.opt.prefetch + 2) +
           " = prefetch + 2): batches are views into a pool of slots, so keeping every batch "
@@ -138,6 +164,7 @@ Result<Batch> Loader::next() {
     }
     r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
   }
+  m.waiting_since_ns.store(0);
   const Clock::time_point t1 = Clock::now();
   m.counters->queue_depth = static_cast<int64_t>(m.run->queue().size());
   if (!r.ok()) {
@@ -358,6 +385,14 @@ LoaderStats Loader::stats() const {
   s.copy_waits = c.copy_waits;
   s.reader_wait_seconds = static_cast<double>(c.consumer_wait_ns.load()) / 1e9;
   s.caller_wait_seconds = static_cast<double>(c.caller_wait_ns.load()) / 1e9;
+  if (const int64_t since = m.waiting_since_ns.load(); since != 0)
+    s.waiting_seconds = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                Clock::now().time_since_epoch()).count() - since) / 1e9;
+  {
+    std::lock_guard<std::mutex> lock(m.stats_mu);
+    s.watchdog_reports = m.watchdog_reports;
+    s.watchdog_report = m.watchdog_report;
+  }
   return s;
 }
 

@@ -4,11 +4,33 @@
 #include "pipeline/loader_impl.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/log.h"
+#include "shardstream/transfer.h"
 #include "shardstream/url.h"
 
 namespace shardstream {
+
+std::string Loader::Impl::WatchdogReport(double waited) {
+  char head[96];
+  std::snprintf(head, sizeof(head), "loader: no batch for %.1f s (watchdog_s %g, ", waited,
+                opt.watchdog_s);
+  std::string s = head + std::string("consumer ") +
+                  std::to_string(plan.consumer) + ", epoch " + std::to_string(epoch) +
+                  ", batch " + std::to_string(returned) + ")";
+  {
+    std::lock_guard<std::mutex> lock(run_mu);
+    if (run)
+      for (const std::string& lane : run->Describe()) s += "\n  " + lane;
+  }
+  const TransferStats t = GetTransferStats();
+  s += "\n  transfer: " + std::to_string(t.connections) + " connections open, " +
+       std::to_string(t.bytes_in_flight >> 10) + " KiB in flight, " + std::to_string(t.retries) +
+       " retries (" + std::to_string(t.stalls) + " after a stall, " + std::to_string(t.throttles) +
+       " throttled) since the process started";
+  return s;
+}
 
 void Loader::Impl::FlushDeliveries() {
   std::sort(pending.begin(), pending.end(), [](const Run& a, const Run& b) {

@@ -90,6 +90,13 @@ class Loader::Impl {
   bool timing = false;
   Clock::time_point first_next, last_log;
   internal::WaitHistogram waits;
+  uint64_t watchdog_reports = 0;
+  std::string watchdog_report;
+  // When the next() in progress began waiting (steady clock, ns; 0: none),
+  // for stats() from another thread.
+  std::atomic<int64_t> waiting_since_ns{0};
+  // What the readers are at after `waited` seconds without a batch.
+  std::string WatchdogReport(double waited);
 
   // Mixed streams (LoaderOptions::streams): the epoch's shard list.
   internal::EpochLayout layout;

@@ -70,6 +70,8 @@ class LoaderRun {
   // True when the assembler waits for a batch slot while none is queued:
   // only the caller can free one (it holds every slot).
   bool StarvedOfSlots() const;
+  // One line per reader lane (ShardLanes::Describe); any thread.
+  std::vector<std::string> Describe() { return lanes_->Describe(); }
 
  private:
   // The assembler's step: returns the lane it waits for, or -1 when done.

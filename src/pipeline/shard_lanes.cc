@@ -38,6 +38,26 @@ void ShardLanes::Start() {
   for (int t = 0; t < nthreads_; ++t) threads_.emplace_back([this] { Run(); });
 }
 
+std::vector<std::string> ShardLanes::Describe() {
+  std::vector<std::string> out;
+  for (const auto& lane : lanes_) {
+    bool busy, finished;
+    size_t count;
+    {
+      MutexLock lock(&mu_);
+      busy = lane->busy;
+      finished = lane->finished;
+      count = lane->count;
+    }
+    // The reader's own state is published by whichever worker holds it.
+    out.push_back("lane " + std::to_string(lane->index) + ": " +
+                  (finished ? std::string("done") : lane->reader->Describe()) + "; " +
+                  std::to_string(count) + " samples ready" +
+                  (busy ? ", a worker reading" : ", no worker on it"));
+  }
+  return out;
+}
+
 void ShardLanes::Stop() {
   Cancel();
   for (auto& t : threads_)

@@ -56,6 +56,9 @@ class SHARDSTREAM_EXPORT ShardLanes {
   // batch) and hands their slots back to the reader with the next claim.
   static size_t TakeBatch(size_t ring) { return std::max<size_t>(1, std::min<size_t>(16, ring / 4)); }
   LaneItem* TryPop(int l);
+  // One line per lane for the watchdog: what its reader is at, whether a
+  // worker is filling it, and the samples it holds; any thread.
+  std::vector<std::string> Describe() EXCLUDES(mu_);
   // Stops and joins the worker threads; idempotent.
   void Stop();
   // Wakes every worker without joining; safe from any thread.

@@ -59,6 +59,13 @@ def test_options_take_sizes_and_refuse_unknown_keys(small_parts):
     assert shardstream.transfer_options()["part_size"] == 64 << 10  # nothing half-applied
 
 
+def post_faults(base, rule):
+    """Adds fault rules (one or a list) to the test server at `base`."""
+    req = urllib.request.Request(base + "/_control/faults", data=json.dumps(rule).encode(),
+                                 method="POST")
+    urllib.request.urlopen(req).read()
+
+
 def test_a_data_set_in_parts_through_faults_exactly_once(small_parts, tmp_path):
     root = tmp_path / "root"
     n, seq = 400, 1024  # 4 KiB of tokens a sample: 8 shards of about 200 KiB, 4 parts each
@@ -68,12 +75,7 @@ def test_a_data_set_in_parts_through_faults_exactly_once(small_parts, tmp_path):
     with line_server([sys.executable, SERVER, "--root", str(root)]) as (_, words):
         base = f"http://127.0.0.1:{words[0]}"
 
-        def fault(rule):
-            req = urllib.request.Request(base + "/_control/faults", data=json.dumps(rule).encode(),
-                                         method="POST")
-            urllib.request.urlopen(req).read()
-
-        fault([{"kind": "drop", "random": True, "count": 10},
+        post_faults(base, [{"kind": "drop", "random": True, "count": 10},
                {"kind": "status", "code": 503, "count": 5}])
         before = shardstream.transfer_stats()
         ds = ShardDataset(base + "/manifest.jsonl", fields=["tokens.npy"], batch_size=16)
@@ -100,3 +102,38 @@ def test_a_data_set_in_parts_through_faults_exactly_once(small_parts, tmp_path):
         text = shardstream.metrics.to_prometheus({"transfer": after})
         assert f"shardstream_transfer_parts_total {after['parts']}" in text
         assert "# TYPE shardstream_transfer_connections gauge" in text
+
+
+def test_the_watchdog_reports_a_server_that_stops_sending(tmp_path):
+    root = tmp_path / "root"
+    with shardstream.ShardWriter(str(root), max_samples=50) as w:
+        for i in range(150):
+            w.write({"__key__": f"s{i:06d}", "tokens.npy": np.full(1024, i, dtype=np.int32)})
+    shard = sorted(p.name for p in root.glob("*.tar"))[1]
+    with line_server([sys.executable, SERVER, "--root", str(root)]) as (_, words):
+        base = f"http://127.0.0.1:{words[0]}"
+
+        # Shard 1 stops for 4 s part way (fewer than the transfer engine's stall_s: it resumes).
+        post_faults(base, {"kind": "stall", "after": 60000, "seconds": 4, "path": "/" + shard, "count": -1})
+        loader = shardstream.Loader(base + "/manifest.jsonl", fields=["tokens.npy"], batch_size=10,
+                                    shuffle=False, watchdog_s=1)
+        keys = []
+        for batch in loader:
+            keys += batch["__key__"]
+        assert sorted(keys) == [f"s{i:06d}" for i in range(150)]  # nothing lost to the wait
+        st = loader.stats()
+        assert st["watchdog_reports"] >= 1
+        report = st["watchdog_report"]
+        assert "no batch for" in report and f"({base}/{shard})" in report, report
+        assert "transfer: " in report and " connections open" in report, report
+        assert st["waiting_seconds"] == 0
+        assert "shardstream_loader_watchdog_reports_total" in shardstream.metrics.to_prometheus(st)
+
+        # With watchdog_error the wait is next()'s error instead, naming the shard.
+        post_faults(base, {"kind": "stall", "after": 60000, "seconds": 4, "path": "/" + shard, "count": -1})
+        loader = shardstream.Loader(base + "/manifest.jsonl", fields=["tokens.npy"], batch_size=10,
+                                    shuffle=False, watchdog_s=1, watchdog_error=True)
+        with pytest.raises(shardstream.UnavailableError, match=f"reading shard 1 \\({base}/{shard}"):
+            for _ in loader:
+                pass
+        loader.close()
