@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -56,53 +57,128 @@ def read_manifest(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+MOTO_ON_PORT_0 = r"""
+import os, runpy, sys
+from werkzeug.serving import make_server
+moto_server = runpy.run_path(sys.argv[1])  # moto with tests/servers/moto_server.py's behaviours
+from moto.server import DomainDispatcherApplication, create_backend_app
+app = DomainDispatcherApplication(create_backend_app)
+app.debug = True
+server = make_server("127.0.0.1", 0, app, threaded=True)  # as moto.server.main's run_simple
+os.environ["MOTO_PORT"] = str(server.port)
+print("port", server.port, flush=True)
+server.serve_forever()
+"""
+
+
 @contextlib.contextmanager
 def moto_s3_server():
     """moto's S3, STS and IAM server on loopback with authentication enforced (and
     tests/servers/moto_server.py's AWS behaviours: unsigned web identity calls, expired
     temporary credentials refused). Yields (endpoint, {"access_key", "secret_key",
-    "role_arn"}): a user and a role allowed everything."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "servers", "moto_server.py"),
-                               "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto did not start"
-                time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
+    "role_arn"}): a user and a role allowed everything. The server binds port 0 and says
+    which port it got (no port reserved and released first, for another process to take)."""
+    script = os.path.join(HERE, "..", "servers", "moto_server.py")
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    with line_server([sys.executable, "-c", MOTO_ON_PORT_0, script], env=env) as (_, words):
+        endpoint = f"http://127.0.0.1:{int(words[0])}"
         setup = os.path.join(HERE, "..", "servers", "moto_setup.py")
         out = subprocess.check_output([sys.executable, setup, endpoint], text=True).split()
         yield endpoint, dict(zip(out[::2], out[1::2]))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def free_port():
-    """A TCP port free on 127.0.0.1 now (for rendezvous and test servers)."""
+    """A TCP port free on 127.0.0.1 now, released again: only for torch.distributed's
+    rendezvous (MASTER_PORT, torchrun's --rdzv-endpoint), whose host rank binds the port it is
+    given and every other rank must be told it beforehand, so it cannot bind port 0. A test
+    server binds port 0 itself and prints the port it got (see line_server)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 @contextlib.contextmanager
-def line_server(argv, prefix="port "):
+def line_server(argv, prefix="port ", env=None):
     """Starts a test server that prints a line starting with `prefix` once it listens; yields
     (process, that line's words after the prefix). Killed on exit."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
     try:
         line = proc.stdout.readline()
-        assert line.startswith(prefix), f"{argv[1]} did not start: {line!r}"
+        name = next((a for a in argv[1:] if str(a).endswith(".py")), argv[0])
+        assert line.startswith(prefix), f"{name} did not start: {line!r}"
         yield proc, line[len(prefix):].split()
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def _children():
+    """{parent pid: [child pids]} of every process now (Linux /proc)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _wait_stopped(pid, seconds=2.0):
+    """Waits (a little) until a process sent SIGSTOP is stopped, or a zombie, or gone: a
+    signal is delivered asynchronously, and until then the process may still fork."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in "TtZX":
+            return
+        time.sleep(0.001)
+
+
+def kill_tree(proc):
+    """SIGKILLs a subprocess a test started and every process below it (torchrun's agent and
+    its workers, which torchrun puts in sessions of their own; a rank's DataLoader workers),
+    then reaps it. The tree is stopped (SIGSTOP) from the top down first, so that no process
+    in it forks, exits unreaped or is reparented while it is being walked; then all get SIGKILL."""
+    if proc.poll() is None:
+        stopped, todo = [], [proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue
+            stopped.append(pid)
+            _wait_stopped(pid)
+            # Its children as of now; a stopped process makes no new ones.
+            todo += [c for c in _children().get(pid, []) if c not in stopped]
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        if f is not None:
+            f.close()
+
+
+@contextlib.contextmanager
+def reaped():
+    """Yields a list for the rank and worker subprocesses a test starts. However the block ends
+    (its assertions passed or failed, an exception, a timeout), each one still running is
+    killed with every process below it, and reaped: no orphan outlives the test."""
+    procs = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            kill_tree(p)
 
 
 @contextlib.contextmanager

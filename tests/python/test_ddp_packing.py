@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import shardstream
-from conftest import free_port
+from conftest import free_port, reaped
 
 WORKER = r"""
 import json, os, sys
@@ -79,22 +79,23 @@ dist.destroy_process_group()
 
 
 def run_ranks(manifest, out, phase, world, workers, equal=True):
+    # MASTER_PORT: rank 0's store binds it and every rank must be told it before it starts,
+    # so it cannot be port 0 (reserved here, then released: a small race, left as it is).
     port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", WORKER, manifest, out, phase, str(workers), "1" if equal else "0"],
-            env=env, stderr=subprocess.PIPE, text=True))
-    try:
-        for p in procs:
-            _, err = p.communicate(timeout=150)
-            assert p.returncode == 0, err
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        pytest.fail(f"phase {phase}: the ranks did not finish together (a hang)")
+    # However this ends (a hang, a rank that failed), no rank or DataLoader worker outlives it.
+    with reaped() as procs:
+        for rank in range(world):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", WORKER, manifest, out, phase, str(workers),
+                 "1" if equal else "0"], env=env, stderr=subprocess.PIPE, text=True))
+        try:
+            for p in procs:
+                _, err = p.communicate(timeout=150)
+                assert p.returncode == 0, err
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"phase {phase}: the ranks did not finish together (a hang)")
     results = []
     for rank in range(world):
         with open(os.path.join(out, f"{phase}-{rank}.json")) as f:

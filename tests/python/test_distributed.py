@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from conftest import free_port
+from conftest import free_port, reaped
 
 WORKER = r"""
 import json, os, sys
@@ -41,16 +41,18 @@ dist.destroy_process_group()
 
 
 def run_ranks(manifest, out, phase, world):
+    # MASTER_PORT: rank 0's store binds it and every rank must be told it before it starts,
+    # so it cannot be port 0 (reserved here, then released: a small race, left as it is).
     port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, manifest, str(port), out,
-                                       phase], env=env, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+    with reaped() as procs:  # a failed rank or a hang leaves no other rank running
+        for rank in range(world):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+            procs.append(subprocess.Popen([sys.executable, "-c", WORKER, manifest, str(port), out,
+                                           phase], env=env, stderr=subprocess.PIPE, text=True))
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
     results = []
     for rank in range(world):
         with open(os.path.join(out, f"{phase}-{rank}.json")) as f:

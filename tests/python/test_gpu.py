@@ -2,9 +2,10 @@
 cudaFreeHost, `.cuda(non_blocking=True)` copies that never read a slot the
 loader has already refilled, and the pageable fallback when CUDA is hidden.
 
-Every test here is skipped, saying so, where PyTorch sees no CUDA device; the
-same paths run on every machine against a stand-in runtime
-(tests/cuda_stub). benchmarks/gpu_benchmark.py measures what these check.
+The tests that need a device are skipped, saying so, where PyTorch sees no CUDA
+device (the same paths run on every machine against a stand-in runtime,
+tests/cuda_stub); the pageable fallback needs none and runs everywhere, a
+CPU-only CI machine included. benchmarks/gpu_benchmark.py measures what these check.
 """
 
 import ctypes
@@ -20,7 +21,8 @@ import torch
 from shardstream.torch import ShardDataset
 from conftest import make_shards
 
-pytestmark = pytest.mark.skipif(
+# Only on the tests that use a device: the pageable fallback hides CUDA itself.
+needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason="needs a CUDA device: torch.cuda.is_available() is False here")
 
@@ -56,6 +58,7 @@ def ids_of(batch):
     return [int(k[1:]) for k in batch["__key__"]]
 
 
+@needs_cuda
 def test_batch_slots_are_page_locked_and_freed_through_cuda_free_host(token_manifest):
     rt = cudart()
     ds = ShardDataset(token_manifest, fields=["tokens.npy"],
@@ -83,6 +86,7 @@ def test_batch_slots_are_page_locked_and_freed_through_cuda_free_host(token_mani
     rt.cudaGetLastError()  # the expected failures above must not reach PyTorch's next check
 
 
+@needs_cuda
 def test_a_dropped_batch_is_not_refilled_while_its_copy_is_queued(token_manifest):
     # The GPU is kept busy (matrix products queued ahead) so every copy waits in the
     # queue while the loop drops the host batch and takes the next ones; with

@@ -66,8 +66,9 @@ def ordered_ds(manifest, **kw):
                         **kw)
 
 
-def check_mapped(batch):
-    """The values double_and_label (and add_sum, when there) must have made."""
+def check_mapped(batch, summed=False):
+    """The values double_and_label must have made, and with `summed` (batch_map=add_sum) the
+    "sum" add_sum must have added; without it, no "sum"."""
     ids = sample_ids(batch)
     assert batch["id"].dtype == torch.int64 and batch["id"].tolist() == ids
     t = batch["tokens.npy"]
@@ -77,8 +78,12 @@ def check_mapped(batch):
     assert batch["txt"] == [f"caption {i}" for i in ids]
     assert "cls" not in batch
     assert isinstance(batch["__url__"], list) and len(batch["__url__"]) == len(ids)
-    if "sum" in batch:
+    if summed:
+        assert "sum" in batch, "batch_map did not run"
+        assert isinstance(batch["sum"], torch.Tensor)
         assert batch["sum"].tolist() == [2 * i * SEQ for i in ids]
+    else:
+        assert "sum" not in batch
     return batch["__key__"]
 
 
@@ -125,7 +130,7 @@ def test_samples_with_different_keys_are_refused(manifest):
 
 def test_batch_map_runs_after_map(manifest, total):
     ds = make_ds(manifest, map=double_and_label, batch_map=add_sum)
-    seen = [k for batch in ds for k in check_mapped(batch)]
+    seen = [k for batch in ds for k in check_mapped(batch, summed=True)]
     assert sorted(seen) == all_keys(total)
     # batch_map alone, returning something other than a dict.
     ds2 = make_ds(manifest, batch_map=lambda b: (b["tokens.npy"], b["__key__"]))
@@ -282,13 +287,13 @@ def test_an_exception_in_a_worker_names_the_sample(manifest):
 def test_state_dict_resume_is_exact_with_hooks(manifest, total):
     ds = make_ds(manifest, map=double_and_label, batch_map=add_sum)
     it = iter(ds)
-    before = [k for _ in range(7) for k in check_mapped(next(it))]
+    before = [k for _ in range(7) for k in check_mapped(next(it), summed=True)]
     state = pickle.loads(pickle.dumps(ds.state_dict()))
     next(it)  # read after the state: lost, as in a crash
     ds.close()
     ds = make_ds(manifest, map=double_and_label, batch_map=add_sum)
     ds.load_state_dict(state)
-    after = [k for b in ds.dataloader() for k in check_mapped(b)]
+    after = [k for b in ds.dataloader() for k in check_mapped(b, summed=True)]
     assert len(after) == len(set(after)) and not set(before) & set(after)
     assert sorted(before + after) == all_keys(total)
     ds.close()
@@ -304,7 +309,7 @@ def test_stateful_dataloader_two_workers_resume_is_exact(manifest, total, ctx):
     ds = make_ds(manifest, map=double_and_label, batch_map=add_sum)
     sdl = sdl_for(ds, ctx)
     it = iter(sdl)
-    before = [k for _ in range(7) for k in check_mapped(next(it))]
+    before = [k for _ in range(7) for k in check_mapped(next(it), summed=True)]
     state = pickle.loads(pickle.dumps(sdl.state_dict()))
     for _ in range(2):
         next(it)  # lost with the process
@@ -313,7 +318,7 @@ def test_stateful_dataloader_two_workers_resume_is_exact(manifest, total, ctx):
     ds = make_ds(manifest, map=double_and_label, batch_map=add_sum)
     sdl = sdl_for(ds, ctx)
     sdl.load_state_dict(state)
-    after = [k for b in sdl for k in check_mapped(b)]
+    after = [k for b in sdl for k in check_mapped(b, summed=True)]
     assert len(before) == 35
     assert len(after) == len(set(after)), "a sample repeated after the resume"
     assert not set(before) & set(after), "a sample delivered before was delivered again"

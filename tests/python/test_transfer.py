@@ -114,7 +114,8 @@ def test_the_watchdog_reports_a_server_that_stops_sending(tmp_path):
         base = f"http://127.0.0.1:{words[0]}"
 
         # Shard 1 stops for 4 s part way (fewer than the transfer engine's stall_s: it resumes).
-        post_faults(base, {"kind": "stall", "after": 60000, "seconds": 4, "path": "/" + shard, "count": -1})
+        stall = {"kind": "stall", "after": 60000, "seconds": 4, "path": "/" + shard, "count": -1}
+        post_faults(base, stall)
         loader = shardstream.Loader(base + "/manifest.jsonl", fields=["tokens.npy"], batch_size=10,
                                     shuffle=False, watchdog_s=1)
         keys = []
@@ -130,7 +131,7 @@ def test_the_watchdog_reports_a_server_that_stops_sending(tmp_path):
         assert "shardstream_loader_watchdog_reports_total" in shardstream.metrics.to_prometheus(st)
 
         # With watchdog_error the wait is next()'s error instead, naming the shard.
-        post_faults(base, {"kind": "stall", "after": 60000, "seconds": 4, "path": "/" + shard, "count": -1})
+        post_faults(base, stall)
         loader = shardstream.Loader(base + "/manifest.jsonl", fields=["tokens.npy"], batch_size=10,
                                     shuffle=False, watchdog_s=1, watchdog_error=True)
         with pytest.raises(shardstream.UnavailableError, match=f"reading shard 1 \\({base}/{shard}"):
