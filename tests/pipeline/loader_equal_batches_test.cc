@@ -4,6 +4,7 @@
 // each consumer's own state and of a merged state on another topology.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -284,7 +285,7 @@ TEST(LoaderEqualBatchesTest, WhatTheCutLeavesOutIsCounted) {
 TEST(LoaderEqualBatchesTest, PadLayoutCountsRowsPerDocument) {
   TempDir dir;
   const std::string m = WriteUneven(dir.path());
-  std::vector<int64_t> counts;
+  std::vector<int64_t> counts, free_counts;
   for (int r = 0; r < 3; ++r) {
     LoaderOptions o = Tokens(m, 3, r);
     o.tokens.layout = TokenLayout::kPad;
@@ -292,11 +293,18 @@ TEST(LoaderEqualBatchesTest, PadLayoutCountsRowsPerDocument) {
     auto free = Loader::Create(o);
     ASSERT_TRUE(free.ok());
     const int64_t predicted = (*free)->batches_per_epoch();
-    EXPECT_EQ(predicted, CountBatches(free->get()));
+    free_counts.push_back(CountBatches(free->get()));
+    EXPECT_EQ(predicted, free_counts.back());
     o.tokens.equal_batches = true;
     auto l = Loader::Create(o);
     counts.push_back(CountBatches(l->get()));
   }
+  // The control: left alone, the consumers' counts differ.
+  EXPECT_NE(*std::min_element(free_counts.begin(), free_counts.end()),
+            *std::max_element(free_counts.begin(), free_counts.end()));
+  // Equal batches: every consumer returns the smallest of them, and that is not none.
+  EXPECT_GT(counts[0], 0);
+  EXPECT_EQ(counts[0], *std::min_element(free_counts.begin(), free_counts.end()));
   EXPECT_EQ(counts[0], counts[1]);
   EXPECT_EQ(counts[1], counts[2]);
 }
@@ -364,6 +372,19 @@ TEST(LoaderEqualBatchesTest, LocalShardsWithoutIndexesGetThemBuilt) {
   }
   EXPECT_EQ(counts[0], counts[1]);
   EXPECT_FALSE(testing::ReadFile(dir.path() + "/part0-000000.tar.idx").empty());
+  // The control (after: this reads the indexes built above): left alone the
+  // two ranks' counts differ, and the equal count is the smaller, not none.
+  std::vector<int64_t> free_counts;
+  for (int r = 0; r < 2; ++r) {
+    LoaderOptions o = Tokens(m, 2, r);
+    o.tokens.equal_batches = false;
+    auto l = Loader::Create(o);
+    ASSERT_TRUE(l.ok()) << l.status();
+    free_counts.push_back(CountBatches(l->get()));
+  }
+  EXPECT_NE(free_counts[0], free_counts[1]);
+  EXPECT_GT(counts[0], 0);
+  EXPECT_EQ(counts[0], std::min(free_counts[0], free_counts[1]));
 }
 
 }  // namespace
