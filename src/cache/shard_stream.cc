@@ -26,12 +26,16 @@ constexpr auto kOwnerProbe = std::chrono::milliseconds(100);
 
 // Reads of an entry or a temporary name the shard and the byte, not the
 // cache's file (its name is a hash).
+Result<size_t> NameTheShard(Result<size_t> got, uint64_t pos, const std::string& url) {
+  if (got.ok()) return got;
+  const Status& e = got.status();
+  return Status(e.code(), "read cached " + url + ": " + e.message(), url,
+                e.offset() >= 0 ? e.offset() : static_cast<int64_t>(pos));
+}
+
 Result<size_t> ReadCached(RandomAccessFile& file, uint64_t pos, size_t n, void* out,
                           const std::string& url) {
-  Result<size_t> got = file.ReadAt(pos, n, out);
-  if (got.ok()) return got;
-  return Status(got.status().code(), "read cached " + url + ": " + got.status().message(), url,
-                got.status().offset() >= 0 ? got.status().offset() : static_cast<int64_t>(pos));
+  return NameTheShard(file.ReadAt(pos, n, out), pos, url);
 }
 
 bool SameFile(int fd, const std::string& path) {
@@ -363,13 +367,8 @@ class PinnedFile final : public RandomAccessFile {
     return done;
   }
   Result<size_t> ReadVAt(uint64_t offset, const ReadPiece* pieces, size_t n) override {
-    Result<size_t> read = att_.file->ReadVAt(offset, pieces, n);
-    if (!read.ok()) {
-      const Status& s = read.status();
-      return Status(s.code(), "read cached " + url_ + ": " + s.message(), url_,
-                    s.offset() >= 0 ? s.offset() : static_cast<int64_t>(offset));
-    }
-    const size_t done = *read;
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t done,
+                                 NameTheShard(att_.file->ReadVAt(offset, pieces, n), offset, url_));
     impl_->UpdateStats([&](CacheStats& s) { s.bytes_from_cache += done; });
     return done;
   }
