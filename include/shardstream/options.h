@@ -193,6 +193,15 @@ struct LoaderOptions {
   // (one core each at full speed; match the cores the loader may use).
   // Default: 2.
   int reader_threads = 2;
+  // CPUs the worker threads (reading, decoding, assembling) may run on, as
+  // Linux numbers them, so that a training process keeps cores for the
+  // thread that launches GPU kernels; each must be one this process may
+  // use. Empty: the process's own. Default: empty.
+  std::vector<int> reader_cpus;
+  // Niceness the worker threads add to the consumer's (0-19): where they
+  // and the training thread want the same core, the scheduler favours the
+  // training thread. Default: 0.
+  int reader_nice = 0;
   // Shards open at once, interleaved sample by sample in a fixed seeded
   // order; at least reader_threads. Default: 4.
   int open_shards = 4;

@@ -12,6 +12,7 @@ import atexit
 import difflib
 import inspect
 import numbers
+import operator
 import os
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
@@ -99,6 +100,37 @@ def _inputs(urls: UrlsArg) -> List[str]:
     raise TypeError(f"urls: expected a path, url or list of them, not {type(urls).__name__}")
 
 
+def parse_cpus(value: Union[str, Sequence[int], None]) -> Optional[List[int]]:
+    """CPU numbers from a list or the kernel's list text (``"0-3,8"``, as
+    ``taskset -c`` takes it). Raises :class:`shardstream.ConfigError` naming
+    the part it cannot read; whether each CPU is one the process may use is
+    checked when the loader is made."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        out: List[int] = []
+        for part in value.replace(" ", "").split(","):
+            lo, dash, hi = part.partition("-")
+            try:
+                a = int(lo)
+                b = int(hi) if dash else a
+            except ValueError:
+                raise _core_config_error(
+                    f"reader_cpus {value!r}: {part!r} is not a CPU or a range such as '0-3'") from None
+            if a < 0 or b < a:
+                raise _core_config_error(f"reader_cpus {value!r}: {part!r} is not a range of CPUs")
+            out.extend(range(a, b + 1))
+        return out
+    try:
+        cpus = [operator.index(c) for c in value]
+    except TypeError:
+        raise _core_config_error(
+            f"reader_cpus {value!r}: expected CPU numbers or a text such as '0-3,8'") from None
+    if any(c < 0 for c in cpus):
+        raise _core_config_error(f"reader_cpus {value!r}: CPU numbers are not negative")
+    return cpus
+
+
 def loader_options(urls: UrlsArg, **options: Any) -> Dict[str, Any]:
     """The native options dict for these keyword arguments (see :class:`Loader`).
 
@@ -125,6 +157,8 @@ def loader_options(urls: UrlsArg, **options: Any) -> Dict[str, Any]:
         v = given.get(o.name)
         if v is not None and o.type == "size":
             v = parse_size(v)
+        elif v is not None and o.type == "cpus":
+            v = parse_cpus(v)
         elif v is not None and o.type == "path":
             v = os.fspath(v)
         opts[o.native] = v

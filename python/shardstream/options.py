@@ -32,7 +32,8 @@ NATIVE = object()
 @dataclass(frozen=True)
 class Option:
     name: str               # the Python keyword
-    type: str               # as shown in the docs; "size" takes "500GB" too, "path" a PathLike
+    type: str               # as shown in the docs; "size" takes "500GB" too, "path" a PathLike,
+                            # "cpus" a list or "0-3,8"
     default: Any            # the effective default; NATIVE: the C++ field's
     help: str
     native: Optional[str] = None  # the native option it sets; None: Python only
@@ -100,6 +101,12 @@ OPTIONS: Tuple[Option, ...] = (
     Option("prefetch", "int", NATIVE, "Batches ready ahead of the caller", "prefetch", "prefetch"),
     Option("reader_threads", "int", NATIVE, "Worker threads (one core each at full speed)",
            "reader_threads", "reader_threads"),
+    Option("reader_cpus", "cpus", NATIVE,
+           'CPUs the worker threads may run on, a list or text such as "1-15" (docs/python.md, '
+           '"CPU controls"); empty: the process\'s', "reader_cpus", "reader_cpus"),
+    Option("reader_nice", "int", NATIVE,
+           "Niceness the worker threads add (0-19), so the training thread wins a contended core",
+           "reader_nice", "reader_nice"),
     Option("open_shards", "int", NATIVE, "Shards open at once, interleaved", "open_shards",
            "open_shards"),
     Option("cache_dir", "path", None, "Node-local shard cache directory (default: no cache)",

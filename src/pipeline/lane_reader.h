@@ -122,6 +122,8 @@ struct LaneConfig {
   uint64_t ring_bytes = uint64_t{4} << 20;
   int lanes = 4;
   int threads = 2;  // workers
+  std::vector<int> cpus;  // the workers' CPUs (none: the process's)
+  int nice = 0;           // niceness the workers add
   // Per-sample work moved off the consumer: run by the worker that read the
   // sample, before it is published (pure: it may read the sample and fill
   // the item's decoded fields, nothing else).

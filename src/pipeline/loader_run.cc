@@ -100,6 +100,8 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   lc.ring_bytes = RingBytes(opt_);
   lc.lanes = std::max(opt_.open_shards, opt_.reader_threads);
   lc.threads = opt_.reader_threads;
+  lc.cpus = opt_.reader_cpus;
+  lc.nice = opt_.reader_nice;
   if (!opt_.tokens.field.empty()) {
     FieldSpec spec;
     spec.name = opt_.tokens.field;

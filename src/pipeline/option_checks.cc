@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/thread_controls.h"
 #include "pipeline/loader_run.h"
 #include "shardstream/image.h"
 
@@ -72,6 +73,7 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
                           "pad_remainder must be false");
   if (o.prefetch < 1) return Status::Config("loader: prefetch must be >= 1");
   if (o.reader_threads < 1) return Status::Config("loader: reader_threads must be >= 1");
+  SHARDSTREAM_RETURN_IF_ERROR(CheckThreadControls(o.reader_cpus, o.reader_nice));
   if (o.read_chunk < (size_t{64} << 10)) return Status::Config("loader: read_chunk must be >= 64 KiB");
   return Status::OK();
 }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/thread_controls.h"
 #include "pipeline/wait_histogram.h"
 
 namespace shardstream::internal {
@@ -155,6 +156,15 @@ ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {
 
 void ShardLanes::Run() {
   pthread_setname_np(pthread_self(), "ss-worker");
+  if (!config_.cpus.empty() || config_.nice > 0) {
+    // Checked when the loader was made; a failure now (a CPU taken from the
+    // process since) leaves the thread as it was, which only costs speed.
+    const Status st = ApplyThreadControls(config_.cpus, config_.nice);
+    if (!st.ok()) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) Log().warn("{}", st.ToString());
+    }
+  }
   mu_.Lock();
   // After a burst a worker goes on with any lane that has room; once none
   // has, it sleeps until one drops below three quarters (TryPop wakes it),
