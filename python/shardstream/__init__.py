@@ -14,6 +14,7 @@ from .errors import (AuthError, CancelledError, ChecksumError, ConfigError, Corr
 from .loader import Loader, merge_own_states, merge_states, parse_size
 from .writer import ShardWriter, encode_field
 from .checkpoint import CheckpointManager
+from .headspace import Headspace, ReplayLoader, measure_headspace
 from .image import crop_box, decode_image
 from .transfer import set_transfer_options, transfer_options, transfer_stats
 
@@ -24,4 +25,5 @@ __all__ = [
     "NotFoundError", "AuthError", "ConfigError", "CancelledError", "Loader", "merge_states", "merge_own_states",
     "parse_size", "ShardWriter", "encode_field", "metrics", "CheckpointManager", "decode_image",
     "crop_box", "image", "set_transfer_options", "transfer_options", "transfer_stats",
+    "Headspace", "ReplayLoader", "measure_headspace",
 ]

@@ -133,3 +133,35 @@ def test_without_a_visible_device_batches_are_pageable_and_the_same(token_manife
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["pageable", str(12 * 40)]
+
+
+@needs_cuda
+def test_headspace_waits_for_the_gpu_work_of_each_step(tmp_path):
+    """measure_headspace's sync="auto" counts a step's GPU work in that step (the step
+    launches matrix products and returns without waiting): the loop is not called
+    input-bound, and its steps take at least the GPU's time; with sync=None that time
+    would fall into the next next()."""
+    import shardstream
+    manifest = make_shards(str(tmp_path / "s"))
+    a = torch.randn(4096, 4096, device="cuda")
+    for _ in range(3):
+        a @ a
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        a @ a
+    end.record()
+    end.synchronize()
+    gpu_s = start.elapsed_time(end) / 1e3
+
+    def step(b):
+        torch.from_numpy(b["tokens.npy"]).cuda(non_blocking=True)
+        for _ in range(20):
+            a @ a
+
+    with shardstream.Loader(manifest, batch_size=4, seed=0) as loader:
+        h = shardstream.measure_headspace(loader, step, steps=10, warmup=2)
+    assert not h.input_bound, h
+    assert h.live_step_s >= 0.9 * gpu_s and h.replay_step_s >= 0.9 * gpu_s, (h, gpu_s)
+    assert h.wait_share < 0.1, h
