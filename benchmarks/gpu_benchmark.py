@@ -1,7 +1,7 @@
 """shardstream on a GPU: copy rate, copy/compute overlap, and two training loops vs WebDataset.
 
     python benchmarks/gpu_benchmark.py --dir DATA_DIR --json OUT.json [--device cuda] [--tiny]
-        [--parts copy,overlap,transformer,resnet] [--threads 16]
+        [--parts copy,overlap,transformer,resnet,cpu] [--threads 16]
 
 One script, one run, sized to take about two minutes on one GPU (H100/H200 class) with 16
 cores, data generation included. `--device cpu --tiny` runs every code path except the
@@ -46,7 +46,13 @@ after every part, so a run cut short keeps what it measured):
    pin_memory=True, persistent_workers=True)); torchvision.transforms.v2 when torchvision is
    there, else vision_benchmark's equivalent PIL code), plus the GPU-only reference.
 
-Training loops (3, 4): --warmup steps not counted, then --steps timed steps. Per step: wait =
+5. cpu: the CPU controls on the ResNet-50 loop of 4 (shardstream only): the default threads,
+   reader_nice=10, the training thread alone on the first CPU with reader_cpus the others, and
+   half the reader threads, on an idle node and again with one neighbour process per two CPUs
+   decoding the same images flat out (other ranks' loaders); then shardstream.measure_headspace (the live loop against the same
+   batches replayed from memory: is the loop input-bound?).
+
+Training loops (3, 4, 5): --warmup steps not counted, then --steps timed steps. Per step: wait =
 time in next(iterator) plus issuing the host->device copies (non_blocking); step = wall time
 from the start of next() to the end of the step, which ends with loss.item() (a synchronisation,
 as a logging loop has). Reported: median step ms, wait share = sum(wait) / sum(step) (goal for
@@ -64,6 +70,7 @@ import os
 import platform
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -832,9 +839,8 @@ def identity(x):
     return x
 
 
-def part_resnet(args, S, dev, img_manifest, out: dict) -> None:
-    import webdataset as wds
-    from shardstream.torch import ShardDataset
+def resnet_model(S, dev):
+    """ResNet-50 and its training step (x, y) -> loss: (model, opt, step, which, params)."""
     cuda = dev.type == "cuda"
     B, size = S["rn_batch"], S["rn_size"]
     t = time.perf_counter()
@@ -869,6 +875,20 @@ def part_resnet(args, S, dev, img_manifest, out: dict) -> None:
         opt.step()
         return loss
 
+    return model, opt, step, which, params
+
+
+def image_fields(size: int) -> list:
+    return [{"name": "jpg", "decode": "image", "size": [size, size], "crop": "random_resized",
+             "flip": True}, "cls"]
+
+
+def part_resnet(args, S, dev, img_manifest, out: dict) -> None:
+    import webdataset as wds
+    from shardstream.torch import ShardDataset
+    cuda = dev.type == "cuda"
+    B, size = S["rn_batch"], S["rn_size"]
+    model, opt, step, which, params = resnet_model(S, dev)
     W, N = S["warmup"], S["steps"]
     out.update({"model": which, "parameters": params, "batch": B, "size": size,
                 "loaders": {}})
@@ -883,8 +903,7 @@ def part_resnet(args, S, dev, img_manifest, out: dict) -> None:
 
     def shardstream_run():
         ds = ShardDataset(img_manifest, batch_size=B, reader_threads=args.threads, seed=0,
-                          fields=[{"name": "jpg", "decode": "image", "size": [size, size],
-                                   "crop": "random_resized", "flip": True}, "cls"])
+                          fields=image_fields(size))
         feed = Feed(ds.dataloader(), ds.set_epoch)
         pinned.clear()
 
@@ -942,6 +961,103 @@ def part_resnet(args, S, dev, img_manifest, out: dict) -> None:
     del model, opt, fx, fy
 
 
+def part_cpu(args, S, dev, img_manifest, out: dict) -> None:
+    """CPU controls and headspace, on the ResNet-50 loop with image decoding on the reader
+    threads: the same loop under the default threads, with reader_nice, with the training
+    thread on CPU 0 and the readers on the others (reader_cpus), and with half the threads;
+    then measure_headspace (live batches against the same batches replayed from memory)."""
+    import shardstream
+    from shardstream.torch import ShardDataset
+    B, size = S["rn_batch"], S["rn_size"]
+    model, opt, step, which, params = resnet_model(S, dev)
+    W, N = S["warmup"], S["steps"]
+    allowed = sorted(os.sched_getaffinity(0))
+    main_cpu, rest = allowed[0], allowed[1:] or allowed
+    out.update({"model": which, "batch": B, "size": size, "cpus": len(allowed), "configs": {},
+                "busy": {}})
+
+    def to_dev(b):
+        return b["jpg"].to(dev, non_blocking=True), b["cls"].to(dev, non_blocking=True)
+
+    configs = [
+        ("defaults", dict(reader_threads=args.threads), False),
+        ("reader_nice=10", dict(reader_threads=args.threads, reader_nice=10), False),
+        (f"main on CPU {main_cpu}, reader_cpus={len(rest)} others",
+         dict(reader_threads=args.threads, reader_cpus=rest), True),
+        (f"reader_threads={max(1, args.threads // 2)}",
+         dict(reader_threads=max(1, args.threads // 2)), False),
+    ]
+    def measure(into, label, name, opts, pin_main):
+        def run():
+            ds = ShardDataset(img_manifest, batch_size=B, seed=0, fields=image_fields(size), **opts)
+            feed = Feed(ds.dataloader(), ds.set_epoch)
+            if pin_main:
+                os.sched_setaffinity(0, {main_cpu})  # this thread only (Linux: per thread)
+            try:
+                c0 = time.process_time()
+                rec, first = run_loop(feed.next, to_dev, step, W, N)
+                r = summarize_loop(rec, W, B, "images", first)
+                r["cpu_s_per_step"] = (time.process_time() - c0) / (W + N)
+                r.update(options={k: (f"{v[0]}-{v[-1]}" if isinstance(v, list) else v)
+                                  for k, v in opts.items()},
+                         main_thread_cpus=[main_cpu] if pin_main else "all")
+                into[name] = r
+                report_loop("cpu", label + name, r, "images")
+            finally:
+                if pin_main:
+                    os.sched_setaffinity(0, allowed)
+                feed.close()
+                ds.close()
+        guarded(out, label + name, run)
+        gc.collect()
+
+    for name, opts, pin_main in configs:
+        measure(out["configs"], "", name, opts, pin_main)
+
+    # A busy node: the other ranks' loaders, as processes decoding the same images flat
+    # out (2 reader threads each, one process per two CPUs), take every core.
+    neighbours = []
+    code = ("import sys, shardstream\n"
+            "f = [{'name': 'jpg', 'decode': 'image', 'size': [int(sys.argv[2])] * 2,"
+            " 'crop': 'random_resized', 'flip': True}, 'cls']\n"
+            "e = 0\n"
+            "while True:\n"
+            "    with shardstream.Loader(sys.argv[1], batch_size=64, fields=f, reader_threads=2,"
+            " pinned=False, epoch=e) as l:\n"
+            "        for b in l: pass\n"
+            "    e += 1\n")
+    try:
+        for _ in range(max(1, len(allowed) // 2)):
+            neighbours.append(subprocess.Popen([sys.executable, "-c", code, img_manifest,
+                                                str(size)]))
+        out["busy_neighbours"] = len(neighbours)
+        time.sleep(2)
+        for name, opts, pin_main in configs:
+            measure(out["busy"], "busy node: ", name, opts, pin_main)
+    finally:
+        for n in neighbours:
+            n.kill()
+        for n in neighbours:
+            n.wait()
+
+    def headspace():
+        ds = ShardDataset(img_manifest, batch_size=B, seed=0, fields=image_fields(size),
+                          reader_threads=args.threads)
+        try:
+            h = shardstream.measure_headspace(ds.dataloader(),
+                                              lambda b: step(*to_dev(b)).item(),
+                                              steps=N, warmup=W, loader=ds)
+            out["headspace"] = {"live_step_ms": h.live_step_s * 1e3,
+                                "replay_step_ms": h.replay_step_s * 1e3,
+                                "speedup": h.speedup, "wait_share": h.wait_share,
+                                "input_bound": h.input_bound, "text": str(h)}
+            log(f"cpu: headspace: {h}")
+        finally:
+            ds.close()
+    guarded(out, "headspace", headspace)
+    del model, opt
+
+
 # -- driver --------------------------------------------------------------------------------
 
 def table(res: dict) -> str:
@@ -986,7 +1102,26 @@ def table(res: dict) -> str:
                          f"{fmt(r[unit + '_per_s'], '11.0f')} {str(r.get('is_pinned', '-')):>7s} "
                          f"{fmt(r['first_batch_s'], '8.2f')}s")
 
-    for part, fn in (("copy", copy_lines), ("overlap", overlap_lines),
+    def cpu_lines(p):
+        lines.append(f"cpu controls (ResNet-50 loop, {p['cpus']} CPUs)")
+        lines.append(f"  {'setting':40s} {'step ms':>9s} {'wait %':>8s} {'wait max':>9s} "
+                     f"{'images/s':>9s} {'CPU s/step':>10s}")
+        for name, r in p["configs"].items():
+            lines.append(f"  {name:40s} {fmt(r['median_step_ms'], '9.1f')} "
+                         f"{fmt(r['wait_share'], '7.2f', 100)}% {fmt(r['max_wait_ms'], '7.1f')}ms "
+                         f"{fmt(r['images_per_s'], '9.0f')} {fmt(r.get('cpu_s_per_step'), '10.3f')}")
+        if p.get("busy"):
+            lines.append(f"  with {p.get('busy_neighbours')} neighbour processes decoding "
+                         f"images on every core (the other ranks' loaders):")
+            for name, r in p["busy"].items():
+                lines.append(f"  {name:40s} {fmt(r['median_step_ms'], '9.1f')} "
+                             f"{fmt(r['wait_share'], '7.2f', 100)}% "
+                             f"{fmt(r['max_wait_ms'], '7.1f')}ms {fmt(r['images_per_s'], '9.0f')} "
+                             f"{fmt(r.get('cpu_s_per_step'), '10.3f')}")
+        if p.get("headspace"):
+            lines.append(f"  headspace: {p['headspace']['text']}")
+
+    for part, fn in (("copy", copy_lines), ("overlap", overlap_lines), ("cpu", cpu_lines),
                      ("transformer", lambda p: loop_lines("transformer", p, "tokens")),
                      ("resnet", lambda p: loop_lines("resnet", p, "images"))):
         if parts.get(part):
@@ -1030,7 +1165,7 @@ def main() -> None:
     if args.part_timeout is None:
         args.part_timeout = 600 if args.tiny else 120
     parts = [p for p in args.parts.split(",") if p]
-    unknown = set(parts) - {"copy", "overlap", "transformer", "resnet"}
+    unknown = set(parts) - {"copy", "overlap", "transformer", "resnet", "cpu"}
     if unknown:
         raise SystemExit(f"unknown parts {sorted(unknown)}")
     dev = torch.device(args.device)
@@ -1071,7 +1206,7 @@ def main() -> None:
         except Exception:  # noqa: BLE001
             res["errors"]["data_tokens"] = traceback.format_exc()
             log("data: tokens FAILED\n" + res["errors"]["data_tokens"])
-    if "resnet" in parts:
+    if {"resnet", "cpu"} & set(parts):
         try:
             img_manifest = make_images(root, S["images"], S["unique_images"],
                                        S["images_per_shard"], args.threads)
@@ -1088,9 +1223,9 @@ def main() -> None:
 
     funcs = {"copy": (part_copy, tok_manifest), "overlap": (part_overlap, tok_manifest),
              "transformer": (part_transformer, tok_manifest),
-             "resnet": (part_resnet, img_manifest)}
+             "resnet": (part_resnet, img_manifest), "cpu": (part_cpu, img_manifest)}
     signal.signal(signal.SIGALRM, _alarm)
-    for part in ("copy", "overlap", "transformer", "resnet"):
+    for part in ("copy", "overlap", "transformer", "resnet", "cpu"):
         if part not in parts:
             continue
         fn, manifest = funcs[part]

@@ -6,7 +6,8 @@
 #      refilled slot, the pageable fallback);
 #   2. the C++ training loop example through its CUDA branch;
 #   3. benchmarks/gpu_benchmark.py (copy rate, overlap timeline, transformer
-#      and ResNet-50 steps against WebDataset).
+#      and ResNet-50 steps against WebDataset, the CPU controls and headspace
+#      on the ResNet-50 loop).
 # Each step's log and the benchmark's JSON go to OUT_DIR; a failing step does
 # not stop the later ones, and the exit status says whether all passed.
 #
@@ -19,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
-deps="" p="" ldflags="" out=${OUT:-/tmp/shardstream-gpu} parts="copy,overlap,transformer,resnet" tests=1 example=1
+deps="" p="" ldflags="" out=${OUT:-/tmp/shardstream-gpu} parts="copy,overlap,transformer,resnet,cpu" tests=1 example=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --deps) deps=$2; shift 2 ;;
@@ -114,7 +115,7 @@ if ! readelf -d "$b"/python/_core*.so | grep -q 'NEEDED.*libstdc++'; then
 fi
 pkg=$work/py/shardstream
 rm -rf "$work/py" && mkdir -p "$pkg"
-cp python/shardstream/*.py python/shardstream/py.typed "$pkg"/
+cp -r python/shardstream/. "$pkg"/ && find "$pkg" -name __pycache__ -prune -exec rm -rf {} +
 cp "$b"/python/_core*.so "$pkg"/
 export PYTHONPATH=$work/py${PYTHONPATH:+:$PYTHONPATH}
 python3 -c 'import shardstream; print("shardstream", shardstream.__version__, "from", shardstream.__file__)' ||
