@@ -46,40 +46,55 @@ libs="$site/shardstream.libs"
 core=("$site"/shardstream/_core*.so)
 [ -f "${core[0]}" ] && [ -d "$libs" ] || { echo "test_wheel: no _core*.so or shardstream.libs/ in $site" >&2; exit 1; }
 libs=$(realpath "$libs")
-env -u LD_LIBRARY_PATH -u LD_PRELOAD ldd "${core[0]}" > "$tmp/ldd.txt"
 bad=0
 # Sonames that every manylinux system provides (auditwheel's policy leaves them out of the wheel).
 system='^(linux-vdso\.so\.1|/lib64/ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libutil\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libz\.so\.1)$'
-: > "$tmp/resolved.txt"  # "soname path", the path normalised (ldd prints .../shardstream/../shardstream.libs/...)
-while read -r name arrow path _; do
-  [ -n "$name" ] || continue
-  if [ "$arrow" = "=>" ] && [ "$path" = "not" ]; then
-    echo "test_wheel: $name is not found" >&2; bad=1; continue
-  fi
-  if [ "$arrow" = "=>" ] && [ -e "$path" ]; then path=$(realpath "$path"); else path=$name; fi
-  printf '  %-40s %s\n' "$name" "$path" | tee -a "$tmp/resolved.txt"
-  case "$path" in
-    "$libs"/*) ;;
-    *) if ! [[ "$name" =~ $system ]]; then
-         echo "test_wheel: $name resolves to $path, outside the wheel's shardstream.libs/" >&2; bad=1
-       fi ;;
-  esac
-done < "$tmp/ldd.txt"
-for want in archive curl zstd xxhash crypto; do
-  grep -qE "^ *lib${want}-[0-9a-f]{8}\.so[^ ]* +$libs/" "$tmp/resolved.txt" || {
-    echo "test_wheel: lib$want is not loaded from $libs" >&2; bad=1; }
-done
-for maybe in spdlog fmt; do  # only if linked dynamically
-  if grep -qE "^ *lib${maybe}[-.]" "$tmp/resolved.txt" &&
-     ! grep -qE "^ *lib${maybe}-[0-9a-f]{8}\.so[^ ]* +$libs/" "$tmp/resolved.txt"; then
-    echo "test_wheel: lib$maybe is not loaded from $libs" >&2; bad=1
-  fi
-done
+# Every library FILE needs resolves to the wheel's shardstream.libs/ or to the system's short list.
+check_libs() {
+  local file=$1
+  echo "  $file:"
+  env -u LD_LIBRARY_PATH -u LD_PRELOAD ldd "$file" > "$tmp/ldd.txt"
+  : > "$tmp/resolved.txt"  # "soname path", the path normalised (ldd prints .../shardstream/../shardstream.libs/...)
+  while read -r name arrow path _; do
+    [ -n "$name" ] || continue
+    if [ "$arrow" = "=>" ] && [ "$path" = "not" ]; then
+      echo "test_wheel: $name is not found" >&2; bad=1; continue
+    fi
+    if [ "$arrow" = "=>" ] && [ -e "$path" ]; then path=$(realpath "$path"); else path=$name; fi
+    printf '  %-40s %s\n' "$name" "$path" | tee -a "$tmp/resolved.txt"
+    case "$path" in
+      "$libs"/*) ;;
+      *) if ! [[ "$name" =~ $system ]]; then
+           echo "test_wheel: $name resolves to $path, outside the wheel's shardstream.libs/" >&2; bad=1
+         fi ;;
+    esac
+  done < "$tmp/ldd.txt"
+  for want in archive curl zstd xxhash crypto; do
+    grep -qE "^ *lib${want}-[0-9a-f]{8}\.so[^ ]* +$libs/" "$tmp/resolved.txt" || {
+      echo "test_wheel: lib$want is not loaded from $libs" >&2; bad=1; }
+  done
+  for maybe in spdlog fmt; do  # only if linked dynamically
+    if grep -qE "^ *lib${maybe}[-.]" "$tmp/resolved.txt" &&
+       ! grep -qE "^ *lib${maybe}-[0-9a-f]{8}\.so[^ ]* +$libs/" "$tmp/resolved.txt"; then
+      echo "test_wheel: lib$maybe is not loaded from $libs" >&2; bad=1
+    fi
+  done
+}
+check_libs "${core[0]}"
+# The command-line tool travels in the wheel (shardstream/bin/shardstream) with the same libraries.
+cli="$site/shardstream/bin/shardstream"
+[ -x "$cli" ] || { echo "test_wheel: no command-line tool at $cli" >&2; exit 1; }
+check_libs "$cli"
 if ((bad)); then
   echo "test_wheel: FAILED: the installed wheel is not self-contained" >&2
   exit 1
 fi
 echo "  ok: every non-system library comes from $libs"
+
+echo "== the command line from the wheel: the console script and python -m"
+env -u LD_LIBRARY_PATH "$venv/bin/shardstream" --version
+help=$(env -u LD_LIBRARY_PATH "$vpy" -m shardstream --help)
+echo "${help%%$'\n'*}"
 
 echo "== Python tests against the wheel venv"
 # Run from a neutral directory so the installed wheel, not the source tree, is imported.
