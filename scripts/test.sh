@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suite (ctest) and the Python suite (pytest), the latter against both
-# `pip install .` and the self-contained wheel (scripts/build_wheel.sh, scripts/test_wheel.sh).
+# Runs every test: the C++ suite (ctest) and the Python suite (pytest), the latter against
+# `pip install .`, the self-contained wheel (scripts/build_wheel.sh, scripts/test_wheel.sh) and the
+# source distribution (scripts/build_sdist.sh, scripts/test_sdist.sh).
 #   scripts/test.sh             normal build in build/
 #   scripts/test.sh --sanitize  also the ASan+UBSan and the TSan builds of the C++ suite, and
 #                               clang's thread-safety analysis of the library
@@ -35,6 +36,10 @@ echo "== Python wheel (auditwheel) and tests"
 # The wheel pip alone installs (shared libraries bundled), tested in a fresh venv: .venv-wheel.
 bash scripts/build_wheel.sh "$root/dist"
 bash scripts/test_wheel.sh "$root/dist"
+
+echo "== Source distribution: pip install from the sdist in a fresh venv (compiles)"
+bash scripts/build_sdist.sh "$root/dist"
+bash scripts/test_sdist.sh "$root/dist"
 
 if ((sanitize)); then
   echo "== Lock annotations under clang -Wthread-safety"
