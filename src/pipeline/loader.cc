@@ -127,6 +127,12 @@ Result<Batch> Loader::next() {
   bool timed_out = false;
   Result<Batch> r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
   int reports = 0;
+  // stats().waiting_seconds reads this while the wait lasts; every way out of
+  // it (a batch, an error, the watchdog's error) clears it.
+  struct WaitMark {
+    std::atomic<int64_t>* since;
+    ~WaitMark() { since->store(0); }
+  } mark{&m.waiting_since_ns};
   if (timed_out)
     m.waiting_since_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  t0.time_since_epoch()).count());
@@ -142,7 +148,6 @@ Result<Batch> Loader::next() {
         m.watchdog_report = report;
       }
       if (m.opt.watchdog_error) {
-        m.waiting_since_ns.store(0);
         m.sticky = Status::Unavailable(report + "\n(watchdog_error: raised instead of waiting on)");
         // Cancelled, not joined: a read that is truly stuck would hold the
         // join, the very wait this error ends. The next plan (set_epoch,
@@ -154,7 +159,6 @@ Result<Batch> Loader::next() {
     }
     if (m.run->StarvedOfSlots()) {
       // A usage error, not a transient one: retrying cannot help.
-      m.waiting_since_ns.store(0);
       return Status::Config(
           "loader: the caller holds every batch slot (" + std::to_string(m.opt.prefetch + 2) +
           " = prefetch + 2): batches are views into a pool of slots, so keeping every batch "
@@ -164,7 +168,7 @@ Result<Batch> Loader::next() {
     }
     r = m.run->queue().Pop(std::chrono::milliseconds(100), &timed_out);
   }
-  m.waiting_since_ns.store(0);
+  m.waiting_since_ns.store(0);  // (the mark's own clear comes at the return)
   const Clock::time_point t1 = Clock::now();
   m.counters->queue_depth = static_cast<int64_t>(m.run->queue().size());
   if (!r.ok()) {

@@ -64,11 +64,16 @@ def test_the_binding_rows_are_generated_from_the_table():
     with open(os.path.join(ROOT, "python", "src", "loader_option_rows.inc")) as f:
         assert f.read() == binding_rows(), (
             "regenerate: python -m shardstream.options --binding > python/src/loader_option_rows.inc")
-    # Every plain row reaches its native field with its own type, both ways.
+    # Every plain row's declared type is its native field's: the default the binding reads
+    # back from LoaderOptions has the Python type the row promises (a "size" is bytes, an
+    # int; "cpus" a list of ints), so the docs and the signature cannot drift from the field.
     native = _core.loader_option_defaults()
+    declared = {"int": int, "bool": bool, "float": float, "size": int, "cpus": list}
     for o in OPTIONS:
         if o.plain:
-            assert type(native[o.native]) is type(o.default), o.name
+            assert o.type in declared, f"{o.name}: plain rows take {sorted(declared)}, not {o.type}"
+            assert type(native[o.native]) is declared[o.type], (o.name, o.type, native[o.native])
+            assert o.default == native[o.native], o.name
 
 
 def test_a_keyword_not_in_the_table_is_refused_with_the_nearest():
