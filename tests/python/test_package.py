@@ -37,3 +37,20 @@ def test_unknown_offset_is_none():
     with pytest.raises(errors.CorruptError) as info:
         shardstream._core._raise_status("corrupt", "x", "", -1)
     assert info.value.offset is None and info.value.url is None
+
+
+def test_without_torch_the_package_imports_and_its_torch_part_names_the_extra():
+    """A pip install without the torch extra: `import shardstream` works (the Loader, the
+    writer, headspace), and `import shardstream.torch` says what to install."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import shardstream\n"
+            "assert shardstream.Loader and shardstream.measure_headspace\n"
+            "print('base ok', flush=True)\n"
+            "import shardstream.torch\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout == "base ok\n", r.stderr
+    assert r.returncode == 1
+    assert 'shardstream.torch needs PyTorch, which is not installed: pip install "shardstream[torch]"' \
+        in r.stderr, r.stderr

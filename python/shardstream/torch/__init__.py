@@ -23,6 +23,12 @@ stands), ``collate`` (batches and samples as torch tensors, the hooks' calls),
 ``dataset`` (``ShardDataset``) and ``state`` (its state dicts and their merging).
 """
 
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as e:  # the base package works without it; this part cannot
+    raise ImportError('shardstream.torch needs PyTorch, which is not installed: '
+                      'pip install "shardstream[torch]" (or torch itself)', name="torch") from e
+
 from .collate import passthrough
 from .dataset import ShardDataset
 from .state import (STATE_FORMAT, gather_state_dict, merge_state_dicts,
