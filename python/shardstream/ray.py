@@ -1,0 +1,191 @@
+"""Ray Data: write shard data sets from a Ray cluster (``pip install "shardstream[ray]"``).
+
+``ds.write_datasink(ShardSink("/data/set/", shard_size="1GiB"))`` writes the rows of any Ray
+Dataset as tar shards, each write task into its own folder ``part-NNNNN/`` (named by the task's
+index, so a retried task replaces its own output), with ``.idx`` sidecars; the manifest (url,
+size, nsamples, checksum, and ntokens for a token column) is written last, atomically, once
+every task has finished, so a job killed midway leaves no manifest naming shards that are not
+there. The result reads with ``ShardDataset(".../manifest.jsonl")`` without an indexing pass.
+
+A row is a sample: the ``key`` column (default ``__key__``) is its key, every other column a
+field named as in a shard (``jpg``, ``tokens.npy``, ``cls``, ``txt``) and encoded by its
+extension as :class:`shardstream.ShardWriter` does (bytes as they are, text, numbers, NumPy
+arrays, images).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+try:
+    from ray.data import Datasink
+    from ray.data.block import BlockAccessor
+except ImportError as e:  # the base package works without Ray; this module cannot
+    raise ImportError('shardstream.ray needs Ray Data, which is not installed: '
+                      'pip install "shardstream[ray]" (or ray[data] itself)', name="ray") from e
+
+from .errors import ConfigError
+from .loader import parse_size
+from .writer import ShardWriter
+
+__all__ = ["ShardSink"]
+
+_PART = "part-{:05d}"
+
+
+def _local_dir(path: Union[str, "os.PathLike[str]"]) -> str:
+    p = os.fspath(path)
+    if p.startswith("file://"):
+        p = p[len("file://"):]
+    elif "://" in p:
+        raise ConfigError(f"ShardSink {p!r}: only local paths (or file://) are written so far; "
+                          "for object storage write locally, then upload the folder")
+    return os.path.abspath(p)
+
+
+class ShardSink(Datasink):
+    """A Ray Data sink that writes tar shards, ``.idx`` sidecars and a manifest.
+
+    Args:
+        path: the output folder (local, or ``file://``); every node of the cluster must see it
+            (a shared file system) for the result to be whole.
+        shard_size: largest shard, e.g. ``"1GiB"`` [``"512MiB"``].
+        max_samples: most samples per shard [0: no limit].
+        key: the column holding each row's key [``"__key__"``]; keys must be unique.
+        tokens: a token column (1-D arrays) whose lengths the manifest sums per shard as
+            ``ntokens`` [None; ``"tokens.npy"`` when the rows have that column].
+        compression: ``"none"`` or ``"zstd"`` [``"none"``].
+        write_index: ``.idx`` sidecars beside the shards [True].
+        overwrite: replace an earlier run's output in ``path`` (its manifest and part folders)
+            [False: a folder that holds a manifest is refused].
+        manifest_name: [``"manifest.jsonl"``].
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], *,
+                 shard_size: Union[int, str] = "512MiB", max_samples: int = 0,
+                 key: str = "__key__", tokens: Optional[str] = None, compression: str = "none",
+                 write_index: bool = True, overwrite: bool = False,
+                 manifest_name: str = "manifest.jsonl") -> None:
+        self.path = _local_dir(path)
+        self.shard_size = parse_size(shard_size)
+        if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 0:
+            raise ConfigError(f"ShardSink: max_samples {max_samples!r}: expected an integer >= 0")
+        self.max_samples = max_samples
+        self.key = key
+        self.tokens = tokens
+        if compression not in ("none", "zstd"):
+            raise ConfigError(f"ShardSink: compression {compression!r}: expected none or zstd")
+        self.compression = compression
+        self.write_index = write_index
+        self.overwrite = overwrite
+        self.manifest_name = manifest_name
+        self.manifest_path = os.path.join(self.path, manifest_name)
+        self.rows_written = 0  # set on the driver by on_write_complete
+        self.shards: List[Dict[str, Any]] = []
+
+    def get_name(self) -> str:
+        return "ShardSink"
+
+    # -- the driver, before any task -----------------------------------------------------
+    def on_write_start(self, schema: Any = None) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        if os.path.exists(self.manifest_path):
+            if not self.overwrite:
+                raise ConfigError(f"ShardSink: {self.manifest_path} exists (an earlier run's "
+                                  "output); give overwrite=True to replace it")
+            os.remove(self.manifest_path)
+        if self.overwrite:
+            # An earlier run's parts, including those of a run killed before its manifest.
+            for name in os.listdir(self.path):
+                if name.startswith("part-") and os.path.isdir(os.path.join(self.path, name)):
+                    shutil.rmtree(os.path.join(self.path, name))
+        names = list(getattr(schema, "names", None) or [])
+        if names and self.key not in names:
+            raise ValueError(f"ShardSink: the rows have no key column {self.key!r} "
+                             f"(columns: {', '.join(names)}); give key= the column that names "
+                             "each sample")
+
+    # -- one write task, on any node ------------------------------------------------------
+    def write(self, blocks: Iterable[Any], ctx: Any) -> Dict[str, Any]:
+        task = int(ctx.task_idx)
+        part = _PART.format(task)
+        folder = os.path.join(self.path, part)
+        # A retried task starts over in its own folder: nothing of the failed attempt stays.
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        writer = ShardWriter(folder, max_bytes=self.shard_size, max_samples=self.max_samples,
+                             compression=self.compression, write_index=self.write_index,
+                             manifest_name="part.jsonl")
+        seen: Dict[str, int] = {}
+        lengths: List[int] = []
+        tokens = self.tokens  # None: "tokens.npy" where the rows have it (decided per task)
+        row_no = 0
+        try:
+            for block in blocks:
+                for row in BlockAccessor.for_block(block).iter_rows(public_row_format=True):
+                    where = f"ShardSink: write task {task}, row {row_no}"
+                    if self.key not in row:
+                        raise ValueError(f"{where}: no key column {self.key!r} (columns: "
+                                         f"{', '.join(map(str, row.keys()))})")
+                    k = row[self.key]
+                    k = k.decode() if isinstance(k, bytes) else str(k)
+                    if k in seen:
+                        raise ValueError(f"{where}: key {k!r} again (first at row {seen[k]}): "
+                                         "keys must be unique")
+                    seen[k] = row_no
+                    sample = {"__key__": k}
+                    sample.update((c, v) for c, v in row.items() if c != self.key)
+                    if row_no == 0 and tokens is None and "tokens.npy" in row:
+                        tokens = "tokens.npy"
+                    if tokens is not None:
+                        if tokens not in row:
+                            raise ValueError(f"{where}, key {k!r}: no token column {tokens!r}")
+                        lengths.append(len(row[tokens]))
+                    try:
+                        writer.write(sample)
+                    except (TypeError, ValueError) as e:
+                        raise type(e)(f"{where}: {e}") from e
+                    row_no += 1
+        except BaseException:
+            writer.abort()
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        writer.close()
+        os.remove(writer.manifest_path)  # the job's manifest lists these shards
+        if row_no == 0:
+            shutil.rmtree(folder)
+        shards = []
+        at = 0
+        for s in writer.shards:
+            entry = {"url": f"{part}/{s['url']}", "size": s["size"], "nsamples": s["nsamples"],
+                     "checksum": s["checksum"]}
+            if tokens is not None:
+                entry["ntokens"] = int(sum(lengths[at:at + s["nsamples"]]))
+            at += s["nsamples"]
+            shards.append(entry)
+        return {"task": task, "rows": row_no, "shards": shards}
+
+    # -- the driver, after every task ------------------------------------------------------
+    def on_write_complete(self, write_result: Any) -> None:
+        returns = [r for r in write_result.write_returns if r]
+        tasks = [r["task"] for r in returns]
+        if len(set(tasks)) != len(tasks):
+            raise RuntimeError(f"ShardSink: write tasks reported twice: {sorted(tasks)}")
+        shards = [s for r in sorted(returns, key=lambda r: r["task"]) for s in r["shards"]]
+        tmp = self.manifest_path + ".tmp"
+        with open(tmp, "w") as f:
+            for s in shards:
+                f.write(json.dumps(s) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.manifest_path)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.rows_written = sum(r["rows"] for r in returns)
+        self.shards = shards

@@ -1,0 +1,131 @@
+"""shardstream.ray on a local Ray cluster: ShardSink writes shards, .idx sidecars and a
+manifest (ntokens included) from a Ray Dataset, which the Loader reads back, every row once;
+an earlier run's output is refused or replaced; bad rows fail naming the task and row, and
+leave no manifest."""
+
+import io
+import json
+import os
+import tarfile
+import traceback
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is an optional extra (shardstream[ray])")
+
+import shardstream
+from shardstream.ray import ShardSink
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def rows(n=400):
+    return [{"__key__": f"d{i:05d}", "tokens.npy": (np.arange(i % 37 + 1) + i).astype(np.int32),
+             "cls": i % 7, "txt": f"document {i}"} for i in range(n)]
+
+
+def manifest_of(folder):
+    with open(folder / "manifest.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def failure_text(excinfo):
+    return "".join(traceback.format_exception(excinfo.value))
+
+
+def test_a_dataset_is_written_as_shards_and_read_back_every_row_once(cluster, tmp_path):
+    out = tmp_path / "out"
+    ray.data.from_items(rows(), override_num_blocks=4).write_datasink(
+        ShardSink(out, shard_size="16KiB"))
+    entries = manifest_of(out)
+    assert sum(e["nsamples"] for e in entries) == 400
+    parts = {e["url"].split("/")[0] for e in entries}
+    assert len(parts) >= 2 and all(p.startswith("part-") for p in parts), parts
+    assert len(entries) > len(parts)  # several shards per task at 16 KiB
+    for e in entries:
+        shard = out / e["url"]
+        assert shard.stat().st_size == e["size"] and (out / (e["url"] + ".idx")).exists()
+        # ntokens: the lengths of the shard's own token arrays, read from the tar itself.
+        with tarfile.open(shard) as t:
+            lengths = [len(np.load(io.BytesIO(t.extractfile(m).read()))) for m in t.getmembers()
+                       if m.name.endswith(".tokens.npy")]
+        assert len(lengths) == e["nsamples"] and e["ntokens"] == sum(lengths), e
+    assert not list(out.glob("part-*/part.jsonl"))  # the job's manifest is the only one
+    with shardstream.Loader(str(out / "manifest.jsonl"), mode="eval", batch_size=64,
+                            fields=["cls", "txt"]) as loader:
+        got = {}
+        for b in loader:
+            for k, c, t in zip(b["__key__"], b["cls"], b["txt"]):
+                assert k not in got
+                got[k] = (int(c), t)
+    assert got == {f"d{i:05d}": (i % 7, f"document {i}") for i in range(400)}
+    # Token batches read it without an indexing pass, equal batches over 2 ranks.
+    counts = []
+    for rank in range(2):
+        with shardstream.Loader(str(out / "manifest.jsonl"), batch_size=4, rank=rank,
+                                world_size=2, tokens={"field": "tokens.npy", "seq_len": 32,
+                                                      "equal_batches": True}) as loader:
+            counts.append(sum(1 for _ in loader))
+    assert counts[0] == counts[1] > 0
+
+
+def test_an_earlier_output_is_refused_or_replaced(cluster, tmp_path):
+    out = tmp_path / "out"
+    ds = ray.data.from_items(rows(120), override_num_blocks=2)
+    ds.write_datasink(ShardSink(out, shard_size="8KiB"))
+    first = manifest_of(out)
+    with pytest.raises(Exception) as e:
+        ds.write_datasink(ShardSink(out))
+    assert "manifest.jsonl exists" in failure_text(e) and "overwrite=True" in failure_text(e)
+    assert manifest_of(out) == first
+    # A run killed before its manifest left a part behind; overwrite clears it.
+    (out / "part-00077").mkdir()
+    (out / "part-00077" / "shard-000000.tar").write_bytes(b"junk")
+    ray.data.from_items(rows(50), override_num_blocks=1).write_datasink(
+        ShardSink(out, overwrite=True))
+    assert not (out / "part-00077").exists()
+    assert sum(e["nsamples"] for e in manifest_of(out)) == 50
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("part-")) == \
+        sorted({e["url"].split("/")[0] for e in manifest_of(out)})
+
+
+class Opaque:
+    """A value no shard field can hold."""
+
+
+@pytest.mark.parametrize("case", ["no key", "duplicate key", "unsupported value"])
+def test_bad_rows_fail_naming_the_task_and_row_and_leave_no_manifest(cluster, tmp_path, case):
+    out = tmp_path / "out"
+    data = rows(30)
+    if case == "no key":
+        for r in data:
+            del r["__key__"]
+        want = "no key column '__key__'"
+    elif case == "duplicate key":
+        data[12]["__key__"] = data[3]["__key__"]
+        want = "row 12: key 'd00003' again (first at row 3)"
+    else:
+        data[7]["cls"] = Opaque()
+        want = "row 7: sample 'd00007', field 'cls': cannot store a"
+    with pytest.raises(Exception) as e:
+        ray.data.from_items(data, override_num_blocks=1).write_datasink(ShardSink(out))
+    assert want in failure_text(e), failure_text(e)[-3000:]
+    assert not (out / "manifest.jsonl").exists()
+    assert not list(out.glob("part-*/*.tar"))
+
+
+def test_only_local_paths_for_now(tmp_path):
+    with pytest.raises(shardstream.ConfigError, match="only local paths"):
+        ShardSink("s3://bucket/set/")
+    assert ShardSink(f"file://{tmp_path}/x").path == f"{tmp_path}/x"
