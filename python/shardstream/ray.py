@@ -1,4 +1,5 @@
-"""Ray Data: write shard data sets from a Ray cluster (``pip install "shardstream[ray]"``).
+"""Ray Data: write shard data sets from a Ray cluster, and read them into one
+(``pip install "shardstream[ray]"``).
 
 ``ds.write_datasink(ShardSink("/data/set/", shard_size="1GiB"))`` writes the rows of any Ray
 Dataset as tar shards, each write task into its own folder ``part-NNNNN/`` (named by the task's
@@ -11,6 +12,10 @@ A row is a sample: the ``key`` column (default ``__key__``) is its key, every ot
 field named as in a shard (``jpg``, ``tokens.npy``, ``cls``, ``txt``) and encoded by its
 extension as :class:`shardstream.ShardWriter` does (bytes as they are, text, numbers, NumPy
 arrays, images).
+
+``read_shards(".../manifest.jsonl")`` is the way back: a Ray Dataset of samples, one read task
+per shard, read by shardstream's Loader (its sources, cache and error policies), for offline
+work such as filtering, re-tokenizing or statistics.
 """
 
 from __future__ import annotations
@@ -21,17 +26,18 @@ import shutil
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 try:
-    from ray.data import Datasink
-    from ray.data.block import BlockAccessor
+    import ray.data
+    from ray.data import Datasink, Datasource, ReadTask
+    from ray.data.block import BlockAccessor, BlockMetadata
 except ImportError as e:  # the base package works without Ray; this module cannot
     raise ImportError('shardstream.ray needs Ray Data, which is not installed: '
                       'pip install "shardstream[ray]" (or ray[data] itself)', name="ray") from e
 
 from .errors import ConfigError
-from .loader import parse_size
+from .loader import Loader, parse_size
 from .writer import ShardWriter
 
-__all__ = ["ShardSink"]
+__all__ = ["ShardSink", "read_shards"]
 
 _PART = "part-{:05d}"
 
@@ -189,3 +195,105 @@ class ShardSink(Datasink):
             os.close(fd)
         self.rows_written = sum(r["rows"] for r in returns)
         self.shards = shards
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff")
+
+
+def _manifest_entries(manifest: str) -> List[Dict[str, Any]]:
+    """The shards a local manifest (JSON Lines) names, their urls made absolute."""
+    path = manifest[len("file://"):] if manifest.startswith("file://") else manifest
+    if "://" in path:
+        raise ConfigError(f"read_shards {manifest!r}: only a local manifest (or file://) so far")
+    base = os.path.dirname(os.path.abspath(path))
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                e = json.loads(line)
+                url = e["url"]
+            except (ValueError, KeyError, TypeError) as err:
+                raise ConfigError(f"{path}:{n}: not a manifest line with a url ({err})") from None
+            if "://" not in url and not os.path.isabs(url):
+                url = os.path.join(base, url)
+            out.append({"url": url, "nsamples": e.get("nsamples"), "size": e.get("size")})
+    if not out:
+        raise ConfigError(f"read_shards {manifest!r}: the manifest names no shard")
+    return out
+
+
+def _field_specs(names: List[str], decode: bool) -> List[Dict[str, Any]]:
+    specs = []
+    for name in names:
+        ext = name.rsplit(".", 1)[-1].lower()
+        if not decode or ext in _IMAGE_EXTS:
+            specs.append({"name": name, "decode": "bytes"})  # images stay encoded
+        elif ext == "npy":
+            specs.append({"name": name, "ragged": "list"})   # any shape, row by row
+        else:
+            specs.append({"name": name})                    # labels, text, JSON by extension
+    return specs
+
+
+class _ShardSource(Datasource):
+    def __init__(self, entries: List[Dict[str, Any]], specs: List[Dict[str, Any]],
+                 rows_per_block: int, loader_options: Dict[str, Any]) -> None:
+        self.entries, self.specs = entries, specs
+        self.rows_per_block, self.loader_options = rows_per_block, loader_options
+
+    def get_name(self) -> str:
+        return "Shards"
+
+    def estimate_inmemory_data_size(self) -> Optional[int]:
+        sizes = [e["size"] for e in self.entries]
+        return sum(sizes) if all(isinstance(x, int) for x in sizes) else None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: Optional[int] = None,
+                       **_: Any) -> List[Any]:
+        tasks = []
+        # A ragged field's companion "<name>.shape": each row's array has its own shape.
+        shape_columns = {f"{sp['name']}.shape" for sp in self.specs if sp.get("ragged")}
+        for e in self.entries:  # one task per shard, whatever the parallelism asked
+            def read(url=e["url"], specs=self.specs, rows=self.rows_per_block,
+                     options=self.loader_options):
+                with Loader(url, mode="eval", batch_size=rows, fields=specs,
+                            **options) as loader:
+                    for b in loader:
+                        yield BlockAccessor.batch_to_block(
+                            {k: (list(v) if isinstance(v, (list, tuple)) else v)
+                             for k, v in b.items() if k not in shape_columns})
+            meta = BlockMetadata(num_rows=e["nsamples"], size_bytes=e["size"],
+                                 exec_stats=None, input_files=(e["url"],))
+            tasks.append(ReadTask(read, meta))
+        return tasks
+
+
+def read_shards(manifest: Union[str, "os.PathLike[str]"], *, fields: Optional[List[str]] = None,
+                decode: bool = True, rows_per_block: int = 256,
+                **loader_options: Any) -> "ray.data.Dataset":
+    """A Ray Dataset of the samples of a shard data set (a local manifest), one read task per
+    shard, in manifest order within each shard.
+
+    Each row holds ``__key__``, ``__url__`` and the fields: ``fields`` (default: those of the
+    first sample). With ``decode`` (the default) ``.npy`` fields become arrays of any shape,
+    labels ints, text str and JSON objects; images stay encoded bytes (decode them in a
+    ``map``). ``decode=False`` gives every field's bytes. Loader options (``cache_dir``,
+    ``cache_limit``, ``error_policy``, ...) apply in every read task: a shard cache on each
+    node is used and filled as training would.
+    """
+    entries = _manifest_entries(os.fspath(manifest))
+    if fields is None:
+        with Loader(entries[0]["url"], mode="eval", batch_size=1, fields=[],
+                    **loader_options) as probe:
+            first = next(iter(probe), None)
+        if first is None:
+            raise ConfigError(f"read_shards: {entries[0]['url']} holds no sample to take the "
+                              "fields from; give fields=")
+        fields = [k for k in first if not k.startswith("__")]
+    source = _ShardSource(entries, _field_specs(list(fields), decode), rows_per_block,
+                          loader_options)
+    return ray.data.read_datasource(source)

@@ -129,3 +129,45 @@ def test_only_local_paths_for_now(tmp_path):
     with pytest.raises(shardstream.ConfigError, match="only local paths"):
         ShardSink("s3://bucket/set/")
     assert ShardSink(f"file://{tmp_path}/x").path == f"{tmp_path}/x"
+
+
+@pytest.fixture(scope="module")
+def written(cluster, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ray") / "set"
+    ray.data.from_items(rows(), override_num_blocks=4).write_datasink(
+        ShardSink(out, shard_size="16KiB"))
+    return out
+
+
+def test_read_shards_gives_every_sample_decoded_one_task_per_shard(written):
+    from shardstream.ray import read_shards
+    entries = manifest_of(written)
+    ds = read_shards(written / "manifest.jsonl")
+    got = ds.take_all()
+    assert len(got) == 400 and len({r["__key__"] for r in got}) == 400
+    for r in got:
+        i = int(r["__key__"][1:])
+        np.testing.assert_array_equal(r["tokens.npy"], (np.arange(i % 37 + 1) + i).astype(np.int32))
+        assert r["cls"] == i % 7 and r["txt"] == f"document {i}"
+    assert {r["__url__"] for r in got} == {str(written / e["url"]) for e in entries}
+    assert ds.materialize().num_blocks() >= len(entries)
+    raw = read_shards(written / "manifest.jsonl", fields=["txt", "cls"], decode=False).take(3)
+    assert all(isinstance(r["txt"], bytes) and isinstance(r["cls"], bytes) for r in raw)
+    assert all(set(r) == {"__key__", "__url__", "txt", "cls"} for r in raw)
+
+
+def test_read_shards_fails_naming_a_corrupt_shard_or_skips_it_when_asked(written, tmp_path):
+    import shutil
+    from shardstream.ray import read_shards
+    bad = tmp_path / "bad"
+    shutil.copytree(written, bad)
+    victim = manifest_of(bad)[1]["url"]
+    data = bytearray((bad / victim).read_bytes())
+    data[100:612] = b"\xff" * 512          # the first header's checksum no longer holds
+    (bad / victim).write_bytes(bytes(data))
+    with pytest.raises(Exception) as e:
+        read_shards(bad / "manifest.jsonl", fields=["txt"]).take_all()
+    assert victim in failure_text(e), failure_text(e)[-3000:]
+    kept = read_shards(bad / "manifest.jsonl", fields=["txt"], error_policy="skip_shard").take_all()
+    n = manifest_of(bad)[1]["nsamples"]
+    assert len(kept) == 400 - n and not any(r["__url__"].endswith(victim) for r in kept)
