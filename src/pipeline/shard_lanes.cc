@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/thread_controls.h"
 #include "pipeline/wait_histogram.h"
+#include "tar/direct_reads.h"
 
 namespace shardstream::internal {
 
@@ -156,6 +157,7 @@ ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {
 
 void ShardLanes::Run() {
   pthread_setname_np(pthread_self(), "ss-worker");
+  if (config_.direct) DirectReads::PrepareThread();
   if (!config_.cpus.empty() || config_.nice > 0) {
     // Checked when the loader was made; a failure now (a CPU taken from the
     // process since) leaves the thread as it was, which only costs speed.

@@ -239,25 +239,37 @@ Status DirectReads::CopyJob(const DirectShard& shard, const std::vector<Piece>& 
   return Status::OK();
 }
 
-Status DirectReads::RunJob(size_t j) {
-  // Per worker, kept: a job allocates nothing. (One thread_local: each
-  // costs a call to find from a shared library.)
-  struct Scratch {
-    std::vector<ReadPiece> iov;
-    std::vector<const char*> hdrs;
-    std::unique_ptr<char[]> gap;
-    // One read's headers, each with the tar padding before it: a document
-    // takes two pieces of a read, not three, and the checks find its
-    // headers in a buffer this core used for the read before, not in one
-    // per batch. Room for the most one read can hold; only the pages used
-    // are resident.
-    std::unique_ptr<char[]> heads;
-    Scratch() : gap(new char[kMaxGap]), heads(new char[kMaxIov * (kTarBlock + kMaxHeaders)]) {
-      iov.reserve(kMaxIov);
-      hdrs.reserve(kMaxIov);
-    }
-  };
+namespace {
+
+// Per worker, kept: a job allocates nothing. (One thread_local: each costs a
+// call to find from a shared library.)
+struct Scratch {
+  std::vector<ReadPiece> iov;
+  std::vector<const char*> hdrs;
+  std::unique_ptr<char[]> gap;
+  // One read's headers, each with the tar padding before it: a document
+  // takes two pieces of a read, not three, and the checks find its
+  // headers in a buffer this core used for the read before, not in one
+  // per batch. Room for the most one read can hold; only the pages used
+  // are resident.
+  std::unique_ptr<char[]> heads;
+  Scratch() : gap(new char[kMaxGap]), heads(new char[kMaxIov * (kTarBlock + kMaxHeaders)]) {
+    iov.reserve(kMaxIov);
+    hdrs.reserve(kMaxIov);
+  }
+};
+
+Scratch& ThreadScratch() {
   thread_local Scratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
+void DirectReads::PrepareThread() { ThreadScratch(); }
+
+Status DirectReads::RunJob(size_t j) {
+  Scratch& scratch = ThreadScratch();
   std::vector<ReadPiece>& iov = scratch.iov;
   std::vector<const char*>& hdrs = scratch.hdrs;
   char* const gap = scratch.gap.get();

@@ -125,6 +125,10 @@ class DirectReads {
   void Plan();
   size_t jobs() const { return jobs_.size(); }
   Status RunJob(size_t j);
+  // Gives the calling thread the buffers RunJob keeps per thread, so that a
+  // worker's first job in steady state allocates nothing either (a worker
+  // may run none for a while when another takes every job).
+  static void PrepareThread();
   void Clear();
   friend void swap(DirectReads& a, DirectReads& b) noexcept {
     a.keep_.swap(b.keep_);
