@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the source distribution: scripts/build_sdist.sh [OUT_DIR]   (default dist/)
 #
-# scikit-build-core's own sdist (the files git tracks: CMake project, sources, Python package,
-# tests, docs), through its PEP 517 hook in the project venv .venv, so no `build` package is
+# scikit-build-core's own sdist (every file .gitignore does not exclude: run it in a clean
+# checkout; here that is the CMake project, sources, Python package, tests, docs), through its
+# PEP 517 hook in the project venv .venv, so no `build` package is
 # needed. `pip install shardstream-*.tar.gz` then builds the extension and the command-line tool
 # from source where the -dev packages are (docs/building.md names them for Debian/Ubuntu and
 # RHEL/Rocky); scripts/test_sdist.sh does exactly that in a fresh venv.

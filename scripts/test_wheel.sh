@@ -93,7 +93,8 @@ echo "  ok: every non-system library comes from $libs"
 
 echo "== the command line from the wheel: the console script and python -m"
 env -u LD_LIBRARY_PATH "$venv/bin/shardstream" --version
-help=$(env -u LD_LIBRARY_PATH "$vpy" -m shardstream --help)
+help=$(env -u LD_LIBRARY_PATH "$vpy" -m shardstream --help) ||
+  { echo "test_wheel: python -m shardstream --help failed" >&2; exit 1; }
 echo "${help%%$'\n'*}"
 
 echo "== Python tests against the wheel venv"

@@ -20,11 +20,15 @@ def binary() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     exe = binary()
-    if not os.access(exe, os.X_OK):
+    if not os.path.exists(exe):
         print(f"shardstream: the command-line tool is not part of this installation ({exe} is "
               "missing): it was built with SHARDSTREAM_BUILD_TOOLS=OFF. Reinstall the wheel, or "
               "build it with CMake (docs/building.md).", file=sys.stderr)
         return 127
+    if not os.access(exe, os.X_OK):
+        print(f"shardstream: {exe} is there but cannot be run (no execute permission, or a "
+              "file system mounted noexec)", file=sys.stderr)
+        return 126
     args = sys.argv[1:] if argv is None else list(argv)
     sys.stdout.flush()
     sys.stderr.flush()

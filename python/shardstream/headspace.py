@@ -154,13 +154,12 @@ def measure_headspace(batches: Iterable[Any], step: Callable[[Any], Any], *, ste
                       warmup: int = 5, keep: int = 16, tolerance: float = 0.05,
                       sync: Union[str, Callable[[], Any], None] = "auto",
                       loader: Any = None) -> Headspace:
-    """Runs ``step(batch)`` on ``warmup + steps`` live batches, then
-    ``warmup + steps`` times on the first ``keep`` of them replayed from
-    memory, and compares the paces (mean seconds per step over the
-    ``steps`` after the warm-up: stalls count, as they do in a training
-    run). Input-bound: the live loop is more than ``tolerance`` slower than
-    the replayed one. The copies of the kept batches are made outside the
-    timed spans.
+    """Runs ``step(batch)`` on ``max(warmup, keep) + steps`` live batches,
+    then as many times on the first ``keep`` of them replayed from memory,
+    and compares the paces (mean seconds per step over the last ``steps``:
+    stalls count, as they do in a training run). Input-bound: the live loop
+    is more than ``tolerance`` slower than the replayed one. The kept
+    batches are copied in the untimed first steps.
 
     It takes the batches from the iterable's current epoch; run it at the
     start of training or in a dry run. ``loader`` (or ``batches`` itself,
@@ -169,7 +168,10 @@ def measure_headspace(batches: Iterable[Any], step: Callable[[Any], Any], *, ste
     if steps < 1 or warmup < 0 or keep < 1:
         raise ValueError("measure_headspace: steps and keep must be >= 1 and warmup >= 0")
     sync_fn = _syncer(sync)
-    total = warmup + steps
+    # The kept batches are copied in the first steps, which are not timed: while the measure
+    # copies, the loader runs ahead, and a timed step after a copy would hide a wait.
+    untimed = max(warmup, keep)
+    total = untimed + steps
     kept: List[Any] = []
     live_steps: List[float] = []
     waits: List[float] = []
@@ -180,7 +182,7 @@ def measure_headspace(batches: Iterable[Any], step: Callable[[Any], Any], *, ste
         t1 = time.perf_counter()
         if b is None:
             raise ValueError(f"measure_headspace: the iterable ended after {i} batches; it "
-                             f"needs {total} (warmup + steps)")
+                             f"needs {total} (max(warmup, keep) + steps)")
         if len(kept) < keep:
             kept.append(own_copy(b))  # untimed: the copy is the measure's, not the loader's
         t1c = time.perf_counter()
@@ -188,7 +190,7 @@ def measure_headspace(batches: Iterable[Any], step: Callable[[Any], Any], *, ste
         sync_fn()
         t2 = time.perf_counter()
         del b
-        if i >= warmup:
+        if i >= untimed:
             waits.append(t1 - t0)
             live_steps.append((t1 - t0) + (t2 - t1c))
     replay_steps: List[float] = []
@@ -198,7 +200,7 @@ def measure_headspace(batches: Iterable[Any], step: Callable[[Any], Any], *, ste
         step(b)
         sync_fn()
         t2 = time.perf_counter()
-        if i >= warmup:
+        if i >= untimed:
             replay_steps.append(t2 - t0)
     stats_of = loader if loader is not None else batches
     stats = {}

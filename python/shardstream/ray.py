@@ -25,6 +25,8 @@ import os
 import shutil
 from typing import Any, Dict, Iterable, List, Optional, Union
 
+import numpy as np
+
 try:
     import ray.data
     from ray.data import Datasink, Datasource, ReadTask
@@ -52,6 +54,15 @@ def _local_dir(path: Union[str, "os.PathLike[str]"]) -> str:
     return os.path.abspath(p)
 
 
+def _token_count(value: Any, where: str, key: str, column: str) -> int:
+    """The tokens of one row's token column: the elements of a 1-D array (or list)."""
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"{where}, key {key!r}: token column {column!r} holds a "
+                         f"{arr.dtype} array of shape {arr.shape}, not a 1-D integer array")
+    return int(arr.size)
+
+
 class ShardSink(Datasink):
     """A Ray Data sink that writes tar shards, ``.idx`` sidecars and a manifest.
 
@@ -60,7 +71,8 @@ class ShardSink(Datasink):
             (a shared file system) for the result to be whole.
         shard_size: largest shard, e.g. ``"1GiB"`` [``"512MiB"``].
         max_samples: most samples per shard [0: no limit].
-        key: the column holding each row's key [``"__key__"``]; keys must be unique.
+        key: the column holding each row's key [``"__key__"``]; keys must be unique (each write
+            task checks its own rows; keys repeated across tasks are not caught).
         tokens: a token column (1-D arrays) whose lengths the manifest sums per shard as
             ``ntokens`` [None; ``"tokens.npy"`` when the rows have that column].
         compression: ``"none"`` or ``"zstd"`` [``"none"``].
@@ -139,17 +151,20 @@ class ShardSink(Datasink):
                     k = row[self.key]
                     k = k.decode() if isinstance(k, bytes) else str(k)
                     if k in seen:
-                        raise ValueError(f"{where}: key {k!r} again (first at row {seen[k]}): "
-                                         "keys must be unique")
+                        raise ValueError(f"{where}: key {k!r} again (first at row {seen[k]} "
+                                         "of this task): keys must be unique")
                     seen[k] = row_no
-                    sample = {"__key__": k}
-                    sample.update((c, v) for c, v in row.items() if c != self.key)
+                    # Fields: every column but the key and the reserved "__" ones (a
+                    # read_shards row's own __key__ and __url__ when key= names another).
+                    sample = {c: v for c, v in row.items()
+                              if c != self.key and not c.startswith("__")}
+                    sample["__key__"] = k
                     if row_no == 0 and tokens is None and "tokens.npy" in row:
                         tokens = "tokens.npy"
                     if tokens is not None:
                         if tokens not in row:
                             raise ValueError(f"{where}, key {k!r}: no token column {tokens!r}")
-                        lengths.append(len(row[tokens]))
+                        lengths.append(_token_count(row[tokens], where, k, tokens))
                     try:
                         writer.write(sample)
                     except (TypeError, ValueError) as e:
@@ -263,8 +278,10 @@ class _ShardSource(Datasource):
                 with Loader(url, mode="eval", batch_size=rows, fields=specs,
                             **options) as loader:
                     for b in loader:
+                        # Copies: a batch's arrays view the Loader's pooled slots, which a
+                        # block held by Ray would keep from the pool.
                         yield BlockAccessor.batch_to_block(
-                            {k: (list(v) if isinstance(v, (list, tuple)) else v)
+                            {k: (list(v) if isinstance(v, (list, tuple)) else np.array(v))
                              for k, v in b.items() if k not in shape_columns})
             meta = BlockMetadata(num_rows=e["nsamples"], size_bytes=e["size"],
                                  exec_stats=None, input_files=(e["url"],))

@@ -157,7 +157,6 @@ ShardLanes::Lane* ShardLanes::PickLane(bool wanting_only) {
 
 void ShardLanes::Run() {
   pthread_setname_np(pthread_self(), "ss-worker");
-  if (config_.direct) DirectReads::PrepareThread();
   if (!config_.cpus.empty() || config_.nice > 0) {
     // Checked when the loader was made; a failure now (a CPU taken from the
     // process since) leaves the thread as it was, which only costs speed.
@@ -167,6 +166,8 @@ void ShardLanes::Run() {
       if (!warned.exchange(true)) Log().warn("{}", st.ToString());
     }
   }
+  // After the move to its CPUs: the buffers then come from their memory.
+  if (config_.direct) DirectReads::PrepareThread();
   mu_.Lock();
   // After a burst a worker goes on with any lane that has room; once none
   // has, it sleeps until one drops below three quarters (TryPop wakes it),

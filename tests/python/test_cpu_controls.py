@@ -9,10 +9,13 @@ import shardstream
 from shardstream.torch import ShardDataset
 
 
-def workers():
-    """(Cpus_allowed_list, nice) of each of this process's ss-worker threads."""
+def workers(before=frozenset()):
+    """(Cpus_allowed_list, nice) of each of this process's ss-worker threads not in `before`
+    (thread ids taken earlier: another loader's workers, left by an earlier test)."""
     out = []
     for tid in os.listdir("/proc/self/task"):
+        if tid in before:
+            continue
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 if f.read().strip() != "ss-worker":
@@ -31,15 +34,17 @@ def test_worker_threads_take_the_cpus_and_niceness_given(manifest, total):
     allowed = sorted(os.sched_getaffinity(0))
     base = os.getpriority(os.PRIO_PROCESS, 0)
     mine = str(allowed[-1])
+    before = frozenset(os.listdir("/proc/self/task"))
     with shardstream.Loader(manifest, batch_size=4, reader_threads=2) as loader:
         next(iter(loader))
-        plain = workers()
-    assert plain and all(n == base for _, n in plain), plain          # the control
+        plain = workers(before)
+    assert len(plain) == 2 and all(n == base for _, n in plain), plain   # the control
+    before = frozenset(os.listdir("/proc/self/task"))
     with shardstream.Loader(manifest, batch_size=4, reader_threads=2, reader_cpus=mine,
                             reader_nice=6) as loader:
         it = iter(loader)
         n = len(next(it)["__key__"])
-        controlled = workers()
+        controlled = workers(before)
         n += sum(len(b["__key__"]) for b in it)
     assert len(controlled) == 2 and set(controlled) == {(mine, base + 6)}, controlled
     assert n == total
@@ -52,10 +57,13 @@ def test_a_list_and_a_range_read_the_same_and_pass_through_shard_dataset(manifes
     allowed = sorted(os.sched_getaffinity(0))
     assert shardstream.loader.parse_cpus("0-2,5") == [0, 1, 2, 5]
     assert shardstream.loader.parse_cpus([3, 1]) == [3, 1]
+    before = frozenset(os.listdir("/proc/self/task"))
     ds = ShardDataset(manifest, batch_size=4, reader_cpus=allowed[:1], reader_nice=1)
-    next(iter(ds))
-    assert {c for c, _ in workers()} == {str(allowed[0])}
-    ds.close()
+    try:
+        next(iter(ds))
+        assert {c for c, _ in workers(before)} == {str(allowed[0])}
+    finally:
+        ds.close()
 
 
 @pytest.mark.parametrize("value, message", [

@@ -106,10 +106,10 @@ def test_a_dataloader_of_tensors_and_an_input_too_short(manifest):
     seen = []
     h = shardstream.measure_headspace(dl, lambda b: seen.append(b["tokens.npy"].sum().item()),
                                       steps=8, warmup=1, keep=4)
-    assert len(seen) == 18 and seen[9:13] == seen[:4]   # 9 live, then the first 4 again
+    assert len(seen) == 24 and seen[12:16] == seen[:4]  # 4 + 8 live, then the first 4 again
     assert h.steps == 8 and h.replay_step_s > 0
     with shardstream.Loader(manifest, batch_size=100) as loader:   # 2 batches in all
-        with pytest.raises(ValueError, match="ended after 2 batches; it needs 6"):
+        with pytest.raises(ValueError, match=r"ended after 2 batches; it needs 21 \(max\(warmup, keep\)"):
             shardstream.measure_headspace(loader, lambda b: None, steps=5, warmup=1)
 
 

@@ -114,7 +114,7 @@ def test_bad_rows_fail_naming_the_task_and_row_and_leave_no_manifest(cluster, tm
         want = "no key column '__key__'"
     elif case == "duplicate key":
         data[12]["__key__"] = data[3]["__key__"]
-        want = "row 12: key 'd00003' again (first at row 3)"
+        want = "row 12: key 'd00003' again (first at row 3 of this task)"
     else:
         data[7]["cls"] = Opaque()
         want = "row 7: sample 'd00007', field 'cls': cannot store a"
@@ -139,7 +139,7 @@ def written(cluster, tmp_path_factory):
     return out
 
 
-def test_read_shards_gives_every_sample_decoded_one_task_per_shard(written):
+def test_read_shards_gives_every_sample_decoded_one_task_per_shard(written, tmp_path):
     from shardstream.ray import read_shards
     entries = manifest_of(written)
     ds = read_shards(written / "manifest.jsonl")
@@ -151,6 +151,18 @@ def test_read_shards_gives_every_sample_decoded_one_task_per_shard(written):
         assert r["cls"] == i % 7 and r["txt"] == f"document {i}"
     assert {r["__url__"] for r in got} == {str(written / e["url"]) for e in entries}
     assert ds.materialize().num_blocks() >= len(entries)
+    # Many batches per shard, each block a copy: the Loader's pooled slots are never held.
+    small = read_shards(written / "manifest.jsonl", rows_per_block=2).take_all()
+    assert sorted(r["__key__"] for r in small) == sorted(r["__key__"] for r in got)
+    assert all(r["cls"] == int(r["__key__"][1:]) % 7 for r in small)
+    # A read_shards output rewritten under another key column keeps that key.
+    again = tmp_path / "again"
+    ray.data.from_items([dict(r, doc=f"x{r['__key__']}") for r in got[:40]]).write_datasink(
+        ShardSink(again, key="doc"))
+    with shardstream.Loader(str(again / "manifest.jsonl"), mode="eval", batch_size=8,
+                            fields=["txt"]) as loader:
+        keys = [k for b in loader for k in b["__key__"]]
+    assert sorted(keys) == sorted(f"x{r['__key__']}" for r in got[:40])
     raw = read_shards(written / "manifest.jsonl", fields=["txt", "cls"], decode=False).take(3)
     assert all(isinstance(r["txt"], bytes) and isinstance(r["cls"], bytes) for r in raw)
     assert all(set(r) == {"__key__", "__url__", "txt", "cls"} for r in raw)
