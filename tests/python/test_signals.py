@@ -14,8 +14,9 @@ import pytest
 import shardstream
 
 BLOCKED = r"""
-import sys, time
+import faulthandler, signal, sys, time
 import shardstream
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view when it times out
 lo = shardstream.Loader(sys.argv[1], fields=["cls"], batch_size=2)
 print("ready", flush=True)
 try:
@@ -38,17 +39,44 @@ def test_sigint_in_blocked_next_raises_keyboard_interrupt(tmp_path):
         '{"url": "shard-000000.tar", "size": 10240, "nsamples": 4}\n')
     proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(tmp_path / "manifest.jsonl")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = queue.Queue()
+    lines, errs = queue.Queue(), []
     reader = threading.Thread(target=lambda: [lines.put(l.strip()) for l in proc.stdout],
                               daemon=True)
     reader.start()
+    err_reader = threading.Thread(target=lambda: errs.extend(proc.stderr), daemon=True)
+    err_reader.start()
+
+    def workers():
+        try:
+            return [t for t in os.listdir(f"/proc/{proc.pid}/task")
+                    if open(f"/proc/{proc.pid}/task/{t}/comm").read().strip() == "ss-worker"]
+        except OSError:
+            return []
+
+    def why():
+        """The child's threads as faulthandler sees them, and what it wrote to stderr."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+        return "".join(errs)[-6000:]
+
     try:
         assert lines.get(timeout=30) == "ready"
-        time.sleep(1.0)  # next() is now blocked in the reader's open() of the FIFO
+        # next() is blocked once the pipeline runs: its workers exist (one of them waits in
+        # the FIFO's open()), then a moment for the caller to settle in its wait.
+        deadline = time.monotonic() + 30
+        while not workers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers(), "the loader's workers never started\n" + why()
+        time.sleep(0.5)
         assert proc.poll() is None and lines.empty()
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        assert lines.get(timeout=10) == "interrupted"
+        try:
+            got = lines.get(timeout=10)
+        except queue.Empty:
+            pytest.fail("no KeyboardInterrupt 10 s after SIGINT; the child:\n" + why())
+        assert got == "interrupted"
         elapsed = time.monotonic() - sent
         # Release the reader (a writer that closes at once: end of file), so
         # close() can join it.
@@ -56,7 +84,8 @@ def test_sigint_in_blocked_next_raises_keyboard_interrupt(tmp_path):
             pass
         closed = lines.get(timeout=20)
         proc.wait(timeout=20)
-        err = proc.stderr.read()
+        err_reader.join(timeout=5)
+        err = "".join(errs)
     finally:
         if proc.poll() is None:
             proc.kill()
