@@ -37,8 +37,16 @@ def test_sigint_in_blocked_next_raises_keyboard_interrupt(tmp_path):
     os.mkfifo(fifo)
     (tmp_path / "manifest.jsonl").write_text(
         '{"url": "shard-000000.tar", "size": 10240, "nsamples": 4}\n')
+    def as_from_a_terminal():
+        # The child starts as a shell would start it: SIGINT at its default and not blocked,
+        # whatever this test process inherited or an earlier test's library left behind
+        # (an ignored or blocked SIGINT is inherited across exec, and Python keeps it so).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
     proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(tmp_path / "manifest.jsonl")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_from_a_terminal)
     lines, errs = queue.Queue(), []
     reader = threading.Thread(target=lambda: [lines.put(l.strip()) for l in proc.stdout],
                               daemon=True)
@@ -75,7 +83,10 @@ def test_sigint_in_blocked_next_raises_keyboard_interrupt(tmp_path):
         try:
             got = lines.get(timeout=10)
         except queue.Empty:
-            pytest.fail("no KeyboardInterrupt 10 s after SIGINT; the child:\n" + why())
+            pytest.fail("no KeyboardInterrupt 10 s after SIGINT (this process: SIGINT handler "
+                        f"{signal.getsignal(signal.SIGINT)}, blocked "
+                        f"{signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])}); "
+                        "the child:\n" + why())
         assert got == "interrupted"
         elapsed = time.monotonic() - sent
         # Release the reader (a writer that closes at once: end of file), so
