@@ -6,13 +6,16 @@
 # PEP 517 hook in the project venv .venv, so no `build` package is
 # needed. `pip install shardstream-*.tar.gz` then builds the extension and the command-line tool
 # from source where the -dev packages are (docs/building.md names them for Debian/Ubuntu and
-# RHEL/Rocky); scripts/test_sdist.sh does exactly that in a fresh venv.
+# RHEL/Rocky); scripts/test_sdist.sh does exactly that in a fresh venv. Runs scripts/setup.sh
+# first, as build_wheel.sh does.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out_dir=${1:-dist}
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
+
+bash scripts/setup.sh
 rm -f "$out_dir"/shardstream-*.tar.gz
 name=$(.venv/bin/python -c '
 import sys

@@ -37,7 +37,7 @@ except ImportError as e:  # the base package works without Ray; this module cann
 
 from .errors import ConfigError
 from .loader import Loader, parse_size
-from .writer import ShardWriter
+from .writer import _IMAGE_FORMATS, ShardWriter
 
 __all__ = ["ShardSink", "read_shards"]
 
@@ -214,7 +214,8 @@ class ShardSink(Datasink):
 
 # -- reading ---------------------------------------------------------------------------------
 
-_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff")
+# Image fields stay encoded: the extensions the writer encodes images for.
+_IMAGE_EXTS = frozenset(_IMAGE_FORMATS)
 
 
 def _manifest_entries(manifest: str) -> List[Dict[str, Any]]:
