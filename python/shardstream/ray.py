@@ -120,11 +120,9 @@ class ShardSink(Datasink):
             for name in os.listdir(self.path):
                 if name.startswith("part-") and os.path.isdir(os.path.join(self.path, name)):
                     shutil.rmtree(os.path.join(self.path, name))
-        names = list(getattr(schema, "names", None) or [])
-        if names and self.key not in names:
-            raise ValueError(f"ShardSink: the rows have no key column {self.key!r} "
-                             f"(columns: {', '.join(names)}); give key= the column that names "
-                             "each sample")
+        # The key column is checked row by row in the tasks, not against `schema`: Ray passes
+        # the schema of the write operator's input, which is from before any map fused into
+        # the write (a .map() that adds the key would be refused).
 
     # -- one write task, on any node ------------------------------------------------------
     def write(self, blocks: Iterable[Any], ctx: Any) -> Dict[str, Any]:

@@ -44,6 +44,14 @@ def failure_text(excinfo):
     return "".join(traceback.format_exception(excinfo.value))
 
 
+def test_a_key_made_by_a_map_fused_into_the_write_is_taken(cluster, tmp_path):
+    # Ray fuses the map into the write tasks and hands the sink the schema from before it.
+    ds = ray.data.from_items([{"text": f"t{i}", "label": i % 3} for i in range(50)])
+    ds.map(lambda r: {"__key__": r["text"], "txt": r["text"], "cls": r["label"]}).write_datasink(
+        ShardSink(tmp_path / "out"))
+    assert sum(e["nsamples"] for e in manifest_of(tmp_path / "out")) == 50
+
+
 def test_a_dataset_is_written_as_shards_and_read_back_every_row_once(cluster, tmp_path):
     out = tmp_path / "out"
     ray.data.from_items(rows(), override_num_blocks=4).write_datasink(
