@@ -100,6 +100,28 @@ TEST(DatasetInputsTest, DirectoryListsItsShardsInNameOrder) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status();
 }
 
+TEST(DatasetInputsTest, AFolderWhoseManifestNamesShardsInSubfoldersIsReadByIt) {
+  // shardstream.ray.ShardSink's layout: part-NNNNN/shard-*.tar, the manifest at the top.
+  TempDir dir;
+  auto a = WriteBareShards(dir.Join("part-00000"), 2, 5);
+  auto b = WriteBareShards(dir.Join("part-00001"), 1, 3);
+  testing::WriteFile(dir.Join("manifest.jsonl"),
+                     "{\"url\":\"part-00001/shard-000000.tar\",\"nsamples\":3}\n"
+                     "{\"url\":\"part-00000/shard-000000.tar\",\"nsamples\":5}\n"
+                     "{\"url\":\"part-00000/shard-000001.tar\",\"nsamples\":5}\n");
+  auto m = ResolveDataset({dir.path()});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards.size(), 3u);  // in the manifest's order, its counts
+  EXPECT_EQ(m->shards[0].resolved, b[0]);
+  EXPECT_EQ(m->shards[1].resolved, a[0]);
+  EXPECT_EQ(m->shards[2].resolved, a[1]);
+  EXPECT_EQ(m->TotalSamples(), 13);
+  // Without the manifest the subfolders are not searched.
+  std::filesystem::remove(dir.Join("manifest.jsonl"));
+  auto none = ResolveDataset({dir.path()});
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status();
+}
+
 TEST(DatasetInputsTest, ALocalGlobIsExpandedAndARemoteOneExplained) {
   TempDir dir;
   WriteBareShards(dir.path(), 3, 4);

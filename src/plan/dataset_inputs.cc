@@ -45,7 +45,8 @@ bool MayHaveIndex(const std::string& url) {
 // The shards of a directory (or an object store prefix), in name order.
 // A manifest.jsonl beside them (what the writers leave) must list every one:
 // shards left from an earlier write would otherwise be read beside the new
-// ones, duplicating data without a word.
+// ones, duplicating data without a word. With no shards at the top, that
+// manifest names them (in subfolders).
 Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const ResolveOptions& o) {
   SHARDSTREAM_ASSIGN_OR_RETURN(std::vector<FileInfo> files, SourceOf(o).List(dir));
   std::vector<ShardEntry> out;
@@ -59,6 +60,12 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
   }
   std::sort(out.begin(), out.end(),
             [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
+  if (!manifest.empty() && out.empty()) {
+    // No shards at the top, a manifest that names them: shards in subfolders, as
+    // shardstream.ray.ShardSink writes them (part-NNNNN/), read as the manifest says.
+    SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadManifest(manifest, o.source));
+    return std::move(m.shards);
+  }
   if (!manifest.empty() && !out.empty()) {
     SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadManifest(manifest, o.source));
     std::unordered_set<std::string> listed;
