@@ -466,6 +466,19 @@ def _init_worker(payload: bytes, args: Tuple[Any, ...]) -> None:
         _WORKER_ERROR = e
 
 
+_WORKER_JOB: Optional[bytes] = None  # which job's tokenizer a reused process (Ray's) holds
+
+
+def _ensure_worker(payload: bytes, args: Tuple[Any, ...]) -> None:
+    """_init_worker once per job in a process that runs many tasks of many jobs (a Ray
+    worker): the tokenizer is unpickled, and its factory called, once per process."""
+    global _WORKER_JOB
+    job = pickle.dumps((payload, args))
+    if _WORKER_JOB != job:
+        _init_worker(payload, args)
+        _WORKER_JOB = job
+
+
 def _worker_encoder() -> _Encoder:
     if _WORKER is None:
         raise _WORKER_ERROR if _WORKER_ERROR is not None else Error("internal: worker not set up")
@@ -731,14 +744,24 @@ def _result(fut: Future, what: str) -> Any:
     an Error naming the first input (or documents) not done, not a hang."""
     try:
         return fut.result()
+    except _WorkerLost as e:
+        raise Error(f"a Ray worker died (killed, or out of memory?) before {what} was "
+                    f"converted: {e}") from e
     except BrokenProcessPool as e:
         raise Error(f"a worker process died (killed, or out of memory?) before {what} was "
                     f"converted: {e}") from e
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
+class _WorkerLost(Exception):
+    """A Ray task's worker died (shardstream.ray._TaskPool raises it from a future)."""
+
+
+def _stop(pool: Any) -> None:
     """Stops the workers now (after an error): queued work is dropped and running
     work killed; the shards it was writing are then removed by the caller."""
+    if not isinstance(pool, ProcessPoolExecutor):
+        pool.stop()
+        return
     procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
@@ -801,7 +824,8 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
                    processes: Optional[int] = None, write_index: bool = True,
                    append_eod: Optional[int] = None, skip_empty: bool = True,
                    batched: bool = False, parallel: str = "auto", overwrite: bool = False,
-                   start_method: str = "spawn", layout: str = "compact") -> Dict[str, Any]:
+                   start_method: str = "spawn", layout: str = "compact",
+                   engine: str = "processes") -> Dict[str, Any]:
     """Tokenizes text documents into token shards plus ``out_dir/manifest.jsonl``.
 
     ``inputs``: a path, glob pattern (``"data/*.jsonl.zst"``, sorted) or
@@ -854,6 +878,16 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
     ``parallel`` are. A worker that dies (killed, out of memory) is an Error,
     not a hang.
 
+    ``engine="ray"`` runs the same work as Ray tasks on every node of the Ray
+    cluster this process is connected to (``ray.init()`` first, or one is
+    started on this machine; ``pip install "shardstream[ray]"``): one task per
+    file, or per batch of documents, each taking a CPU. ``processes`` then
+    defaults to the cluster's CPUs and bounds the batches in flight; ``out_dir``
+    must be a folder every node sees (a shared file system) when files are
+    converted on other nodes. The shards and manifest are byte-identical to
+    ``engine="processes"``. A task whose worker dies is retried by Ray and then
+    an Error naming the file or documents.
+
     Bad input raises in this process, naming the file and line (row for
     Parquet, record for an iterable): ConfigError (a ValueError: a missing
     field, a text that is not a string, an unsupported or unreadable file, a
@@ -864,7 +898,8 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
     (which removes them first).
 
     Returns a summary: ``out_dir``, ``manifest``, ``documents``, ``tokens``,
-    ``skipped``, ``shards``, ``bytes``, ``dtype``, ``layout``, ``processes``, ``parallel``
+    ``skipped``, ``shards``, ``bytes``, ``dtype``, ``layout``, ``engine``, ``processes``,
+    ``parallel``
     ("files", "documents" or "none": all in this process), ``seconds``,
     ``documents_per_s``, ``tokens_per_s`` and ``inputs`` (per input: ``input``,
     ``documents``, ``tokens``, ``skipped``, ``shards``).
@@ -898,6 +933,15 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
     max_bytes_n = parse_size(max_bytes)
     if not max_bytes_n:
         raise ConfigError("max_bytes must be > 0")
+    if engine not in ("processes", "ray"):
+        raise ConfigError(f"engine {engine!r}: expected 'processes' (this machine) or 'ray' "
+                          "(the tasks of a Ray cluster)")
+    ray_pool: Any = None
+    if engine == "ray":
+        from .ray import _TaskPool  # needs ray: the [ray] extra
+        ray_pool = _TaskPool
+        if processes is None:
+            processes = _TaskPool.cluster_cpus()
     if processes is None:
         try:
             processes = len(os.sched_getaffinity(0))
@@ -950,7 +994,7 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
     pool: Optional[ProcessPoolExecutor] = None
     encoder: Optional[_Encoder] = None
     try:
-        if workers > 1:
+        if workers > 1 or ray_pool is not None:
             try:
                 payload = pickle.dumps((tokenize, tokenizer_factory))
             except Exception as e:  # noqa: BLE001 - PicklingError, TypeError, AttributeError
@@ -960,9 +1004,12 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
                     f"({type(e).__name__}: {e}); "
                     "pass a module-level function or picklable object, a tokenizer_factory that "
                     "builds the tokenizer in each process, or processes=1") from e
-            pool = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context(start_method),
-                initializer=_init_worker, initargs=(payload, enc_args))
+            if ray_pool is not None:
+                pool = ray_pool(payload, enc_args)
+            else:
+                pool = ProcessPoolExecutor(
+                    workers, mp_context=multiprocessing.get_context(start_method),
+                    initializer=_init_worker, initargs=(payload, enc_args))
         else:
             encoder = _make_encoder(tokenize, tokenizer_factory, enc_args)
 
@@ -1010,8 +1057,8 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
         "out_dir": out_dir, "manifest": manifest, "documents": documents, "tokens": tokens,
         "skipped": sum(r["skipped"] for r in results), "shards": len(shards),
         "bytes": sum(s["size"] for s in shards), "dtype": dtype_name, "layout": layout,
-        "processes": workers,
-        "parallel": mode if workers > 1 else "none",
+        "engine": engine, "processes": workers,
+        "parallel": mode if workers > 1 or ray_pool is not None else "none",
         "seconds": seconds, "documents_per_s": documents / seconds if seconds > 0 else 0.0,
         "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         "inputs": [{"input": r["input"], "documents": r["documents"], "tokens": r["tokens"],

@@ -13,6 +13,9 @@ field named as in a shard (``jpg``, ``tokens.npy``, ``cls``, ``txt``) and encode
 extension as :class:`shardstream.ShardWriter` does (bytes as they are, text, numbers, NumPy
 arrays, images).
 
+``shardstream.convert.text_to_shards(..., engine="ray")`` converts text on the cluster's nodes
+(one task per file or per batch of documents), byte-identical to a conversion on one machine.
+
 ``read_shards(".../manifest.jsonl")`` is the way back: a Ray Dataset of samples, one read task
 per shard, read by shardstream's Loader (its sources, cache and error policies), for offline
 work such as filtering, re-tokenizing or statistics.
@@ -39,7 +42,7 @@ from .errors import ConfigError
 from .loader import Loader, parse_size
 from .writer import _IMAGE_FORMATS, ShardWriter
 
-__all__ = ["ShardSink", "read_shards"]
+__all__ = ["ShardSink", "read_shards"]  # and text_to_shards(engine="ray") runs on _TaskPool
 
 _PART = "part-{:05d}"
 
@@ -313,3 +316,72 @@ def read_shards(manifest: Union[str, "os.PathLike[str]"], *, fields: Optional[Li
     source = _ShardSource(entries, _field_specs(list(fields), decode), rows_per_block,
                           loader_options)
     return ray.data.read_datasource(source)
+
+
+# -- conversion on a cluster (text_to_shards(engine="ray")) -----------------------------------
+
+# A task whose worker died (its node lost, killed) runs again twice, then fails the conversion.
+@ray.remote(num_cpus=1, max_retries=2)
+def _convert_task(payload: bytes, enc_args: tuple, fn: Any, args: tuple) -> Any:
+    from . import convert
+    convert._ensure_worker(payload, enc_args)  # the job's tokenizer, once per worker process
+    return fn(*args)
+
+
+class _TaskResult:
+    """A task's result as convert._result takes it: the task's own exception raised as it
+    is, a lost worker as convert._WorkerLost."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self) -> Any:
+        from .convert import _WorkerLost
+        try:
+            return ray.get(self.ref)
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+        except ray.exceptions.RayError as e:  # worker or node died, object lost
+            raise _WorkerLost(f"{type(e).__name__}: {e}") from e
+
+
+class _TaskPool:
+    """The part of ProcessPoolExecutor text_to_shards uses, as Ray tasks on the cluster."""
+
+    def __init__(self, payload: bytes, enc_args: tuple) -> None:
+        if not ray.is_initialized():
+            ray.init()  # a local cluster, as Ray Data does when none is running
+        self.payload = ray.put(payload)
+        self.enc_args = enc_args
+        self.refs: List[Any] = []
+
+    @staticmethod
+    def cluster_cpus() -> int:
+        if not ray.is_initialized():
+            ray.init()
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def submit(self, fn: Any, *args: Any) -> _TaskResult:
+        ref = _convert_task.remote(self.payload, self.enc_args, fn, args)
+        self.refs.append(ref)
+        return _TaskResult(ref)
+
+    def shutdown(self, wait: bool = True) -> None:
+        if wait and self.refs:
+            ray.wait(self.refs, num_returns=len(self.refs))
+        self.refs = []
+
+    def stop(self) -> None:
+        """After an error: tasks not done are cancelled (running ones killed) and waited
+        for, so none writes into out_dir after the caller removes what they wrote."""
+        for ref in self.refs:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already done
+                pass
+        if self.refs:
+            ray.wait(self.refs, num_returns=len(self.refs), timeout=60)
+        self.refs = []

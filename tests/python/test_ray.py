@@ -191,3 +191,76 @@ def test_read_shards_fails_naming_a_corrupt_shard_or_skips_it_when_asked(written
     kept = read_shards(bad / "manifest.jsonl", fields=["txt"], error_policy="skip_shard").take_all()
     n = manifest_of(bad)[1]["nsamples"]
     assert len(kept) == 400 - n and not any(r["__url__"].endswith(victim) for r in kept)
+
+
+# -- text_to_shards(engine="ray") -------------------------------------------------------------
+
+def converted_files(out):
+    return sorted(n for n in os.listdir(out) if not n.startswith("."))
+
+
+def assert_same_bytes(a, b):
+    names = converted_files(a)
+    assert names == converted_files(b) and "manifest.jsonl" in names
+    for n in names:
+        with open(os.path.join(a, n), "rb") as fa, open(os.path.join(b, n), "rb") as fb:
+            assert fa.read() == fb.read(), n
+
+
+@pytest.fixture(scope="module")
+def text_corpus(tmp_path_factory):
+    from test_convert import documents, write_jsonl, write_parquet
+    d = tmp_path_factory.mktemp("text")
+    texts = [documents(150, s) for s in range(3)]
+    return [write_jsonl(str(d / "a.jsonl"), texts[0]),
+            write_jsonl(str(d / "b.jsonl.gz"), texts[1]),
+            write_parquet(str(d / "c.parquet"), texts[2])], texts
+
+
+@pytest.mark.parametrize("parallel", ["files", "documents"])
+def test_text_converted_on_ray_is_byte_identical_to_one_machine(cluster, text_corpus, tmp_path,
+                                                                parallel):
+    from shardstream import convert
+    from test_convert import byte_tokenize
+    paths, _ = text_corpus
+    one = convert.text_to_shards(paths, tmp_path / "one", byte_tokenize, processes=1,
+                                 max_bytes="8KB")
+    on_ray = convert.text_to_shards(paths, tmp_path / "ray", byte_tokenize, engine="ray",
+                                    parallel=parallel, max_bytes="8KB")
+    assert on_ray["engine"] == "ray" and on_ray["parallel"] == parallel
+    assert on_ray["processes"] == 2  # the cluster's CPUs
+    assert on_ray["documents"] == one["documents"] > 400 and on_ray["shards"] >= 3
+    assert_same_bytes(tmp_path / "one", tmp_path / "ray")
+
+
+def test_a_data_set_converted_on_ray_with_a_factory_is_byte_identical(cluster, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from shardstream import convert
+    from test_convert import byte_tokenize, documents, make_byte_tokenizer
+    ds = datasets.Dataset.from_dict({"text": documents(3000, 7)})
+    one = convert.text_to_shards(ds, tmp_path / "one", byte_tokenize, processes=1,
+                                 max_bytes="64KB")
+    s = convert.text_to_shards(ds, tmp_path / "ray", tokenizer_factory=make_byte_tokenizer,
+                               engine="ray", max_bytes="64KB")
+    assert s["parallel"] == "documents" and s["documents"] == one["documents"] > 2500
+    assert_same_bytes(tmp_path / "one", tmp_path / "ray")
+
+
+def test_bad_input_and_a_lost_worker_on_ray_name_the_file_and_leave_nothing(cluster, text_corpus,
+                                                                          tmp_path):
+    from shardstream import convert
+    from test_convert import byte_tokenize, die_tokenize, write_jsonl
+    paths, _ = text_corpus
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": "broken\n')
+    with pytest.raises(shardstream.CorruptError, match=r"bad\.jsonl line 2"):
+        convert.text_to_shards([paths[0], str(bad)], tmp_path / "out1", byte_tokenize,
+                               engine="ray")
+    assert not (tmp_path / "out1").exists()
+    dies = write_jsonl(str(tmp_path / "dies.jsonl"), ["a", "die", "b"])
+    with pytest.raises(shardstream.Error, match=r"Ray worker died.*dies\.jsonl"):
+        convert.text_to_shards([paths[0], dies], tmp_path / "out2", die_tokenize, engine="ray",
+                               parallel="files")
+    assert not (tmp_path / "out2").exists()
+    with pytest.raises(shardstream.ConfigError, match="engine 'spark'"):
+        convert.text_to_shards(paths, tmp_path / "out3", byte_tokenize, engine="spark")
