@@ -996,7 +996,10 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
     try:
         if workers > 1 or ray_pool is not None:
             try:
-                payload = pickle.dumps((tokenize, tokenizer_factory))
+                # Ray's cloudpickle sends a function of __main__ (a script, a notebook) or
+                # a lambda by value; Ray workers could not import them by name.
+                dumps = ray_pool.dumps if ray_pool is not None else pickle.dumps
+                payload = dumps((tokenize, tokenizer_factory))
             except Exception as e:  # noqa: BLE001 - PicklingError, TypeError, AttributeError
                 what = "tokenize" if tokenize is not None else "tokenizer_factory"
                 raise ConfigError(

@@ -359,6 +359,10 @@ class _TaskPool:
         self.refs: List[Any] = []
 
     @staticmethod
+    def dumps(obj: Any) -> bytes:
+        return ray.cloudpickle.dumps(obj)
+
+    @staticmethod
     def cluster_cpus() -> int:
         if not ray.is_initialized():
             ray.init()

@@ -264,3 +264,14 @@ def test_bad_input_and_a_lost_worker_on_ray_name_the_file_and_leave_nothing(clus
     assert not (tmp_path / "out2").exists()
     with pytest.raises(shardstream.ConfigError, match="engine 'spark'"):
         convert.text_to_shards(paths, tmp_path / "out3", byte_tokenize, engine="spark")
+
+
+def test_a_lambda_tokenizer_travels_to_ray_by_value(cluster, text_corpus, tmp_path):
+    # A process pool needs an importable function; Ray's cloudpickle sends a lambda by value.
+    from shardstream import convert
+    from test_convert import byte_tokenize
+    paths, _ = text_corpus
+    convert.text_to_shards(paths[:1], tmp_path / "one", byte_tokenize, processes=1)
+    convert.text_to_shards(paths[:1], tmp_path / "ray", lambda t: list(t.encode("utf-8")),
+                           engine="ray", parallel="documents")
+    assert_same_bytes(tmp_path / "one", tmp_path / "ray")
