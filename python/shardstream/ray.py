@@ -220,27 +220,13 @@ _IMAGE_EXTS = frozenset(_IMAGE_FORMATS)
 
 
 def _manifest_entries(manifest: str) -> List[Dict[str, Any]]:
-    """The shards a local manifest (JSON Lines) names, their urls made absolute."""
+    """The shards a manifest names (local, file://, http(s)://, s3://), urls resolved, read
+    through the Loader's sources (credentials as for any read)."""
+    from . import _core
     path = manifest[len("file://"):] if manifest.startswith("file://") else manifest
-    if "://" in path:
-        raise ConfigError(f"read_shards {manifest!r}: only a local manifest (or file://) so far")
-    base = os.path.dirname(os.path.abspath(path))
-    out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-                url = e["url"]
-            except (ValueError, KeyError, TypeError) as err:
-                raise ConfigError(f"{path}:{n}: not a manifest line with a url ({err})") from None
-            if "://" not in url and not os.path.isabs(url):
-                url = os.path.join(base, url)
-            out.append({"url": url, "nsamples": e.get("nsamples"), "size": e.get("size")})
-    if not out:
-        raise ConfigError(f"read_shards {manifest!r}: the manifest names no shard")
-    return out
+    if "://" not in path:
+        path = os.path.abspath(path)  # the read tasks may run in another directory
+    return _core.read_manifest(path)  # errors name the manifest (and line)
 
 
 def _field_specs(names: List[str], decode: bool) -> List[Dict[str, Any]]:
@@ -294,8 +280,8 @@ class _ShardSource(Datasource):
 def read_shards(manifest: Union[str, "os.PathLike[str]"], *, fields: Optional[List[str]] = None,
                 decode: bool = True, rows_per_block: int = 256,
                 **loader_options: Any) -> "ray.data.Dataset":
-    """A Ray Dataset of the samples of a shard data set (a local manifest), one read task per
-    shard, in manifest order within each shard.
+    """A Ray Dataset of the samples of a shard data set (a manifest: local, file://, http(s)://
+    or s3://), one read task per shard, in manifest order within each shard.
 
     Each row holds ``__key__``, ``__url__`` and the fields: ``fields`` (default: those of the
     first sample). With ``decode`` (the default) ``.npy`` fields become arrays of any shape,

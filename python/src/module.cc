@@ -18,6 +18,7 @@ void RegisterLogSink(py::module_& m);
 void RegisterCheckpoint(py::module_& m);
 void RegisterImage(py::module_& m);
 void RegisterTransfer(py::module_& m);
+void RegisterManifest(py::module_& m);
 }  // namespace shardstream::python
 
 PYBIND11_MODULE(_core, m) {
@@ -46,4 +47,5 @@ PYBIND11_MODULE(_core, m) {
   shardstream::python::RegisterCheckpoint(m);
   shardstream::python::RegisterImage(m);
   shardstream::python::RegisterTransfer(m);
+  shardstream::python::RegisterManifest(m);
 }

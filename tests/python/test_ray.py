@@ -193,6 +193,31 @@ def test_read_shards_fails_naming_a_corrupt_shard_or_skips_it_when_asked(written
     assert len(kept) == 400 - n and not any(r["__url__"].endswith(victim) for r in kept)
 
 
+def test_read_shards_takes_a_remote_manifest(written, tmp_path):
+    # The manifest and the shards over HTTP: the manifest through the Loader's sources, each
+    # read task streaming its shard from the server.
+    import subprocess
+    import sys
+    from shardstream.ray import read_shards
+    server = os.path.join(os.path.dirname(__file__), "..", "servers", "http_server.py")
+    log = tmp_path / "requests.jsonl"
+    proc = subprocess.Popen([sys.executable, server, "--root", str(written), "--log", str(log)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline().split()[1])
+        got = read_shards(f"http://127.0.0.1:{port}/manifest.jsonl", fields=["cls"]).take_all()
+        assert sorted(r["__key__"] for r in got) == [f"d{i:05d}" for i in range(400)]
+        assert all(r["cls"] == int(r["__key__"][1:]) % 7 for r in got)
+        assert all(r["__url__"].startswith(f"http://127.0.0.1:{port}/part-") for r in got)
+        with pytest.raises(shardstream.NotFoundError, match="nope.jsonl"):
+            read_shards(f"http://127.0.0.1:{port}/nope.jsonl")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    served = {json.loads(line)["path"] for line in log.read_text().splitlines()}
+    assert {"/" + e["url"] for e in manifest_of(written)} <= served
+
+
 # -- text_to_shards(engine="ray") -------------------------------------------------------------
 
 def converted_files(out):
