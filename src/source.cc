@@ -127,6 +127,14 @@ Result<std::string> ReadFileToString(Source& source, const std::string& url) {
 }
 
 Status WriteFileAtomic(Source& source, const std::string& url, std::string_view data) {
+  if (WritesWholeObjects(url)) {
+    // An object store shows the object only once its PUT completes: nothing to rename.
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto file, source.NewWritableFile(url));
+    Status s = file->Append(data);
+    if (s.ok()) s = file->Close();
+    if (!s.ok()) (void)file->Abort();
+    return s;
+  }
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   std::ostringstream tmp;
   tmp << url << ".tmp." << std::hex << rng();

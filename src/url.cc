@@ -167,4 +167,9 @@ bool IsShardUrl(std::string_view url) {
          EndsWith(p, ".tar.gz") || EndsWith(p, ".tgz");
 }
 
+bool WritesWholeObjects(std::string_view url) {
+  const std::string scheme = UrlScheme(url);
+  return scheme == "s3" || scheme == "http" || scheme == "https";
+}
+
 }  // namespace shardstream

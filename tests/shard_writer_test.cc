@@ -15,6 +15,7 @@
 #include "shardstream/manifest.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/tar_reader.h"
+#include "shardstream/url.h"
 #include "support/tar_fixtures.h"
 #include "support/test_util.h"
 
@@ -190,6 +191,45 @@ TEST(ShardWriterTest, ShardsAppearOnlyWhenCompleteAndAbortLeavesNothing) {
   if (listing.ok()) {
     for (const auto& f : *listing) ADD_FAILURE() << "left behind: " << f.url;
   }
+}
+
+// An object store (s3://) cannot rename, and shows an object only once its upload
+// completes: shards, indexes and the manifest are written to their final names.
+class NoRenameSource final : public SourceWrapper {
+ public:
+  using SourceWrapper::SourceWrapper;
+  Status Rename(const std::string& from, const std::string& to) override {
+    ++renames;
+    return Status::Config("Rename is not supported (" + from + " -> " + to + ")");
+  }
+  int renames = 0;
+};
+
+TEST(ShardWriterTest, WritesInPlaceWhereObjectsAreWrittenWhole) {
+  EXPECT_TRUE(WritesWholeObjects("s3://bucket/set"));
+  EXPECT_TRUE(WritesWholeObjects("https://host/set"));
+  EXPECT_FALSE(WritesWholeObjects("/data/set"));
+  EXPECT_FALSE(WritesWholeObjects("file:///data/set"));
+  auto mem = NewMemorySource();
+  NoRenameSource src(mem);
+  ShardWriterOptions o;
+  o.source = &src;
+  o.max_samples = 2;
+  o.write_index = true;
+  auto w = ShardWriter::Create("s3://bucket/set", o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (const auto& in : MakeInputs(5, 7)) ASSERT_TRUE((*w)->Write(ToSample(in)).ok());
+  ASSERT_TRUE((*w)->Close().ok());
+  EXPECT_EQ(src.renames, 0);
+  for (const char* name : {"shard-000000.tar", "shard-000001.tar", "shard-000002.tar",
+                           "shard-000002.tar.idx", "manifest.jsonl"})
+    EXPECT_TRUE(mem->Stat(std::string("s3://bucket/set/") + name).ok()) << name;
+  auto listing = mem->List("s3://bucket/set");
+  ASSERT_TRUE(listing.ok());
+  for (const auto& f : *listing) EXPECT_EQ(f.url.find(".tmp"), std::string::npos) << f.url;
+  auto m = ReadManifest("s3://bucket/set/manifest.jsonl", mem.get());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->TotalSamples(), 5);
 }
 
 TEST(ShardWriterTest, WritesSidecarIndexForOpenAt) {

@@ -228,7 +228,9 @@ SHARDSTREAM_EXPORT void RegisterSource(const std::string& scheme, std::shared_pt
 // Whole-object helpers over any Source.
 SHARDSTREAM_EXPORT Result<std::string> ReadFileToString(Source& source, const std::string& url);
 // Writes data under a temporary name, syncs, renames into place and syncs the
-// directory: readers see the old content or the new, never a mix.
+// directory: readers see the old content or the new, never a mix. Where
+// objects are written whole (WritesWholeObjects: s3://, http(s)://), one
+// write to the url itself.
 SHARDSTREAM_EXPORT Status WriteFileAtomic(Source& source, const std::string& url,
                                           std::string_view data);
 

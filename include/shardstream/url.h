@@ -36,6 +36,10 @@ SHARDSTREAM_EXPORT std::string RedactUrl(std::string_view url);
 SHARDSTREAM_EXPORT bool IsManifestUrl(std::string_view url);
 // True for a shard's url (.tar, .tar.zst, .tar.zstd, .tar.gz, .tgz).
 SHARDSTREAM_EXPORT bool IsShardUrl(std::string_view url);
+// True where a written object appears whole when its write completes, and
+// nothing can be renamed (s3://, http(s):// PUT): writers write to the final
+// name there, not to a temporary one renamed into place.
+SHARDSTREAM_EXPORT bool WritesWholeObjects(std::string_view url);
 
 }  // namespace shardstream
 

@@ -1,8 +1,8 @@
 """Ray Data: write shard data sets from a Ray cluster, and read them into one
 (``pip install "shardstream[ray]"``).
 
-``ds.write_datasink(ShardSink("/data/set/", shard_size="1GiB"))`` writes the rows of any Ray
-Dataset as tar shards, each write task into its own folder ``part-NNNNN/`` (named by the task's
+``ds.write_datasink(ShardSink("/data/set/", shard_size="1GiB"))`` (or ``"s3://bucket/set/"``)
+writes the rows of any Ray Dataset as tar shards, each write task into its own folder ``part-NNNNN/`` (named by the task's
 index, so a retried task replaces its own output), with ``.idx`` sidecars; the manifest (url,
 size, nsamples, checksum, and ntokens for a token column) is written last, atomically, once
 every task has finished, so a job killed midway leaves no manifest naming shards that are not
@@ -47,14 +47,77 @@ __all__ = ["ShardSink", "read_shards"]  # and text_to_shards(engine="ray") runs 
 _PART = "part-{:05d}"
 
 
-def _local_dir(path: Union[str, "os.PathLike[str]"]) -> str:
+def _out_dir(path: Union[str, "os.PathLike[str]"]) -> str:
     p = os.fspath(path)
     if p.startswith("file://"):
         p = p[len("file://"):]
+    elif p.startswith("s3://"):
+        return p.rstrip("/")
     elif "://" in p:
-        raise ConfigError(f"ShardSink {p!r}: only local paths (or file://) are written so far; "
-                          "for object storage write locally, then upload the folder")
+        raise ConfigError(f"ShardSink {p!r}: writes a local folder (or file://) or s3://")
     return os.path.abspath(p)
+
+
+class _Folder:
+    """The few file operations ShardSink needs, on a local folder or through the Source seam
+    (s3://: the credential chain, retries; an object appears whole when written)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.remote = root.startswith("s3://")
+
+    def join(self, *names: str) -> str:
+        return "/".join((self.root,) + names) if self.remote else os.path.join(self.root, *names)
+
+    def exists(self, url: str) -> bool:
+        from . import _core
+        return _core.source_exists(url) if self.remote else os.path.exists(url)
+
+    def remove(self, url: str) -> None:
+        from . import _core
+        if self.remote:
+            _core.source_remove(url)
+        elif os.path.exists(url):
+            os.remove(url)
+
+    def remove_tree(self, url: str) -> None:
+        from . import _core
+        if not self.remote:
+            shutil.rmtree(url, ignore_errors=True)
+            return
+        for child, is_dir in _core.source_list(url + "/"):
+            if is_dir:
+                self.remove_tree(child.rstrip("/"))
+            else:
+                _core.source_remove(child)
+
+    def parts(self) -> List[str]:
+        """The part-NNNNN folders in the root."""
+        from . import _core
+        if not self.remote:
+            if not os.path.isdir(self.root):
+                return []
+            return [os.path.join(self.root, n) for n in os.listdir(self.root)
+                    if n.startswith("part-") and os.path.isdir(os.path.join(self.root, n))]
+        return [u.rstrip("/") for u, is_dir in _core.source_list(self.root + "/")
+                if is_dir and u.rstrip("/").rsplit("/", 1)[-1].startswith("part-")]
+
+    def write_text(self, url: str, text: str) -> None:
+        from . import _core
+        if self.remote:
+            _core.source_write_file(url, text.encode())
+            return
+        tmp = url + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, url)
+        fd = os.open(os.path.dirname(url), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _token_count(value: Any, where: str, key: str, column: str) -> int:
@@ -70,8 +133,9 @@ class ShardSink(Datasink):
     """A Ray Data sink that writes tar shards, ``.idx`` sidecars and a manifest.
 
     Args:
-        path: the output folder (local, or ``file://``); every node of the cluster must see it
-            (a shared file system) for the result to be whole.
+        path: the output folder: local or ``file://`` (every node of the cluster must see it,
+            a shared file system, for the result to be whole), or ``s3://bucket/prefix``
+            (written through the credential chain from every node).
         shard_size: largest shard, e.g. ``"1GiB"`` [``"512MiB"``].
         max_samples: most samples per shard [0: no limit].
         key: the column holding each row's key [``"__key__"``]; keys must be unique (each write
@@ -90,7 +154,7 @@ class ShardSink(Datasink):
                  key: str = "__key__", tokens: Optional[str] = None, compression: str = "none",
                  write_index: bool = True, overwrite: bool = False,
                  manifest_name: str = "manifest.jsonl") -> None:
-        self.path = _local_dir(path)
+        self.path = _out_dir(path)
         self.shard_size = parse_size(shard_size)
         if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 0:
             raise ConfigError(f"ShardSink: max_samples {max_samples!r}: expected an integer >= 0")
@@ -103,7 +167,7 @@ class ShardSink(Datasink):
         self.write_index = write_index
         self.overwrite = overwrite
         self.manifest_name = manifest_name
-        self.manifest_path = os.path.join(self.path, manifest_name)
+        self.manifest_path = _Folder(self.path).join(manifest_name)
         self.rows_written = 0  # set on the driver by on_write_complete
         self.shards: List[Dict[str, Any]] = []
 
@@ -112,17 +176,18 @@ class ShardSink(Datasink):
 
     # -- the driver, before any task -----------------------------------------------------
     def on_write_start(self, schema: Any = None) -> None:
-        os.makedirs(self.path, exist_ok=True)
-        if os.path.exists(self.manifest_path):
+        out = _Folder(self.path)
+        if not out.remote:
+            os.makedirs(self.path, exist_ok=True)
+        if out.exists(self.manifest_path):
             if not self.overwrite:
                 raise ConfigError(f"ShardSink: {self.manifest_path} exists (an earlier run's "
                                   "output); give overwrite=True to replace it")
-            os.remove(self.manifest_path)
+            out.remove(self.manifest_path)
         if self.overwrite:
             # An earlier run's parts, including those of a run killed before its manifest.
-            for name in os.listdir(self.path):
-                if name.startswith("part-") and os.path.isdir(os.path.join(self.path, name)):
-                    shutil.rmtree(os.path.join(self.path, name))
+            for part in out.parts():
+                out.remove_tree(part)
         # The key column is checked row by row in the tasks, not against `schema`: Ray passes
         # the schema of the write operator's input, which is from before any map fused into
         # the write (a .map() that adds the key would be refused).
@@ -131,10 +196,10 @@ class ShardSink(Datasink):
     def write(self, blocks: Iterable[Any], ctx: Any) -> Dict[str, Any]:
         task = int(ctx.task_idx)
         part = _PART.format(task)
-        folder = os.path.join(self.path, part)
+        out = _Folder(self.path)
+        folder = out.join(part)
         # A retried task starts over in its own folder: nothing of the failed attempt stays.
-        if os.path.isdir(folder):
-            shutil.rmtree(folder)
+        out.remove_tree(folder)
         writer = ShardWriter(folder, max_bytes=self.shard_size, max_samples=self.max_samples,
                              compression=self.compression, write_index=self.write_index,
                              manifest_name="part.jsonl")
@@ -173,12 +238,12 @@ class ShardSink(Datasink):
                     row_no += 1
         except BaseException:
             writer.abort()
-            shutil.rmtree(folder, ignore_errors=True)
+            out.remove_tree(folder)
             raise
         writer.close()
-        os.remove(writer.manifest_path)  # the job's manifest lists these shards
+        out.remove(out.join(part, "part.jsonl"))  # the job's manifest lists these shards
         if row_no == 0:
-            shutil.rmtree(folder)
+            out.remove_tree(folder)
         shards = []
         at = 0
         for s in writer.shards:
@@ -197,18 +262,8 @@ class ShardSink(Datasink):
         if len(set(tasks)) != len(tasks):
             raise RuntimeError(f"ShardSink: write tasks reported twice: {sorted(tasks)}")
         shards = [s for r in sorted(returns, key=lambda r: r["task"]) for s in r["shards"]]
-        tmp = self.manifest_path + ".tmp"
-        with open(tmp, "w") as f:
-            for s in shards:
-                f.write(json.dumps(s) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.manifest_path)
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _Folder(self.path).write_text(self.manifest_path,
+                                      "".join(json.dumps(s) + "\n" for s in shards))
         self.rows_written = sum(r["rows"] for r in returns)
         self.shards = shards
 

@@ -19,6 +19,7 @@ void RegisterCheckpoint(py::module_& m);
 void RegisterImage(py::module_& m);
 void RegisterTransfer(py::module_& m);
 void RegisterManifest(py::module_& m);
+void RegisterSource(py::module_& m);
 }  // namespace shardstream::python
 
 PYBIND11_MODULE(_core, m) {
@@ -48,4 +49,5 @@ PYBIND11_MODULE(_core, m) {
   shardstream::python::RegisterImage(m);
   shardstream::python::RegisterTransfer(m);
   shardstream::python::RegisterManifest(m);
+  shardstream::python::RegisterSource(m);
 }

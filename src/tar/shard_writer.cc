@@ -182,7 +182,9 @@ class ShardWriterImpl final : public ShardWriter {
 
   Status StartShard() {
     SHARDSTREAM_ASSIGN_OR_RETURN(name_, FormatShardName(options_.pattern, shard_number_));
-    std::string tmp = JoinUrl(out_dir_, "." + name_ + ".tmp");
+    // An object store shows a shard only once its upload completes: written in place.
+    std::string tmp = WritesWholeObjects(out_dir_) ? JoinUrl(out_dir_, name_)
+                                                   : JoinUrl(out_dir_, "." + name_ + ".tmp");
     SHARDSTREAM_ASSIGN_OR_RETURN(file_, source_->NewWritableFile(tmp));
     tmp_url_ = tmp;
     SHARDSTREAM_ASSIGN_OR_RETURN(hasher_, Hasher::Create("xxh3_128"));
@@ -274,7 +276,7 @@ class ShardWriterImpl final : public ShardWriter {
     SHARDSTREAM_RETURN_IF_ERROR(file_->Sync());
     SHARDSTREAM_RETURN_IF_ERROR(file_->Close());
     std::string final_url = JoinUrl(out_dir_, name_);
-    SHARDSTREAM_RETURN_IF_ERROR(source_->Rename(tmp_url_, final_url));
+    if (tmp_url_ != final_url) SHARDSTREAM_RETURN_IF_ERROR(source_->Rename(tmp_url_, final_url));
     file_.reset();
     ShardEntry e;
     e.url = name_;

@@ -133,10 +133,11 @@ def test_bad_rows_fail_naming_the_task_and_row_and_leave_no_manifest(cluster, tm
     assert not list(out.glob("part-*/*.tar"))
 
 
-def test_only_local_paths_for_now(tmp_path):
-    with pytest.raises(shardstream.ConfigError, match="only local paths"):
-        ShardSink("s3://bucket/set/")
+def test_a_folder_or_s3_but_no_other_scheme(tmp_path):
+    with pytest.raises(shardstream.ConfigError, match="a local folder .* or s3://"):
+        ShardSink("gs://bucket/set/")
     assert ShardSink(f"file://{tmp_path}/x").path == f"{tmp_path}/x"
+    assert ShardSink("s3://bucket/set/").path == "s3://bucket/set"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """shardstream.ray on a Ray cluster of two nodes on loopback (ray.cluster_utils.Cluster, as
 Ray's own tests make one: two raylets, one CPU each): text_to_shards(engine="ray") runs its
 tasks on both nodes and writes the same bytes as one process; ShardSink writes from both and
-read_shards reads it back on both, every row once."""
+read_shards reads it back on both, every row once, to a local folder and to moto's S3 (signing
+enforced; every node has the credentials in its environment, as on a real cluster)."""
 
 import os
 
@@ -16,7 +17,28 @@ from shardstream.ray import ShardSink, read_shards
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
+def s3():
+    """moto's S3 with a bucket, and its credentials in this process's environment from before
+    the cluster starts, so every node's workers have them."""
+    import boto3
+    from conftest import moto_s3_server
+    saved = dict(os.environ)
+    with moto_s3_server() as (endpoint, keys):
+        os.environ.update({"AWS_ACCESS_KEY_ID": keys["access_key"],
+                           "AWS_SECRET_ACCESS_KEY": keys["secret_key"],
+                           "AWS_ENDPOINT_URL_S3": endpoint, "AWS_REGION": "us-east-1",
+                           "AWS_EC2_METADATA_DISABLED": "true"})
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket="ray-out")
+        try:
+            yield client
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(s3):
     from ray.cluster_utils import Cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
@@ -78,3 +100,30 @@ def test_a_sink_writes_from_both_nodes_and_the_source_reads_it_back(two_nodes, t
                             fields=["cls"]) as loader:
         keys = [k for b in loader for k in b["__key__"]]
     assert sorted(keys) == [f"r{i:05d}" for i in range(600)]
+
+
+def test_a_sink_writes_to_s3_from_both_nodes_and_it_reads_back(two_nodes, s3):
+    rows = [{"__key__": f"s{i:05d}", "txt": f"row {i}", "cls": i % 3} for i in range(300)]
+    ds = ray.data.from_items(rows, override_num_blocks=4)
+    ds.write_datasink(ShardSink("s3://ray-out/set/", shard_size="4KiB"))
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="ray-out")["Contents"])
+    assert "set/manifest.jsonl" in keys
+    assert not [k for k in keys if k.endswith("part.jsonl") or ".tmp" in k], keys
+    shards = [k for k in keys if k.endswith(".tar")]
+    assert len(shards) > 4 and all(k + ".idx" in keys for k in shards)
+    got = read_shards("s3://ray-out/set/manifest.jsonl", fields=["txt", "cls"]).take_all()
+    assert sorted(r["__key__"] for r in got) == [f"s{i:05d}" for i in range(300)]
+    assert all(r["txt"] == f"row {int(r['__key__'][1:])}" for r in got)
+    with shardstream.Loader("s3://ray-out/set/", mode="eval", batch_size=64,
+                            fields=["cls"]) as loader:
+        assert sorted(k for b in loader for k in b["__key__"]) == [f"s{i:05d}" for i in range(300)]
+    # An earlier output is refused, or replaced whole with overwrite=True.
+    with pytest.raises(Exception, match="exists .*overwrite=True"):
+        ds.write_datasink(ShardSink("s3://ray-out/set/"))
+    ray.data.from_items(rows[:10], override_num_blocks=1).write_datasink(
+        ShardSink("s3://ray-out/set/", overwrite=True))
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="ray-out")["Contents"])
+    assert keys == ["set/manifest.jsonl", "set/part-00000/shard-000000.tar",
+                    "set/part-00000/shard-000000.tar.idx"], "the earlier parts are gone"
+    got = read_shards("s3://ray-out/set/manifest.jsonl", fields=["cls"]).take_all()
+    assert sorted(r["__key__"] for r in got) == [f"s{i:05d}" for i in range(10)]
