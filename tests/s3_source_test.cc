@@ -262,9 +262,12 @@ TEST_F(S3SourceTest, DefaultSourceUsesTheEnvironment) {
   ::unsetenv("AWS_ACCESS_KEY_ID");
   ::unsetenv("AWS_SECRET_ACCESS_KEY");
   auto src = DefaultSource();
-  Status w = WriteFileAtomic(*src, "s3://data/env/file.txt", "via env");
-  // No rename on S3: write the final key directly instead.
-  EXPECT_EQ(w.code(), StatusCode::kConfig);
+  // No rename on S3: WriteFileAtomic writes the final key (an object appears whole).
+  Status w = WriteFileAtomic(*src, "s3://data/env/file.txt", "atomic via env");
+  ASSERT_TRUE(w.ok()) << w;
+  auto atomic = ReadFileToString(*src, "s3://data/env/file.txt");
+  ASSERT_TRUE(atomic.ok()) << atomic.status();
+  EXPECT_EQ(*atomic, "atomic via env");
   auto file = src->NewWritableFile("s3://data/env/file.txt");
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_TRUE((*file)->Append("via env").ok());
