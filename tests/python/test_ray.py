@@ -301,3 +301,28 @@ def test_a_lambda_tokenizer_travels_to_ray_by_value(cluster, text_corpus, tmp_pa
     convert.text_to_shards(paths[:1], tmp_path / "ray", lambda t: list(t.encode("utf-8")),
                            engine="ray", parallel="documents")
     assert_same_bytes(tmp_path / "one", tmp_path / "ray")
+
+
+def test_a_write_task_killed_midway_is_retried_and_leaves_no_duplicate_shards(cluster, tmp_path):
+    # The first attempt of the task holding row 250 dies with its process after writing some
+    # shards of its part; Ray runs the task again, which rewrites that part from the start.
+    marker = str(tmp_path / "died")
+
+    def die_once(row):
+        if row["__key__"] == "d00250" and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return row
+
+    ray.data.from_items(rows(), override_num_blocks=4).map(die_once).write_datasink(
+        ShardSink(tmp_path / "out", shard_size="4KiB"))
+    assert os.path.exists(marker), "a task died"
+    entries = manifest_of(tmp_path / "out")
+    urls = [e["url"] for e in entries]
+    assert len(urls) == len(set(urls))
+    on_disk = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").glob("part-*/*.tar"))
+    assert on_disk == sorted(urls), "no shard of the dead attempt is left beside the manifest's"
+    with shardstream.Loader(str(tmp_path / "out"), mode="eval", batch_size=64,
+                            fields=["cls"]) as loader:
+        keys = [k for b in loader for k in b["__key__"]]
+    assert sorted(keys) == [f"d{i:05d}" for i in range(400)]
