@@ -466,14 +466,14 @@ def _init_worker(payload: bytes, args: Tuple[Any, ...]) -> None:
         _WORKER_ERROR = e
 
 
-_WORKER_JOB: Optional[bytes] = None  # which job's tokenizer a reused process (Ray's) holds
+_WORKER_JOB: Optional[Tuple[bytes, Tuple[Any, ...]]] = None  # which job's tokenizer a reused process (Ray's) holds
 
 
 def _ensure_worker(payload: bytes, args: Tuple[Any, ...]) -> None:
     """_init_worker once per job in a process that runs many tasks of many jobs (a Ray
     worker): the tokenizer is unpickled, and its factory called, once per process."""
     global _WORKER_JOB
-    job = pickle.dumps((payload, args))
+    job = (payload, args)
     if _WORKER_JOB != job:
         _init_worker(payload, args)
         _WORKER_JOB = job

@@ -38,6 +38,7 @@ except ImportError as e:  # the base package works without Ray; this module cann
     raise ImportError('shardstream.ray needs Ray Data, which is not installed: '
                       'pip install "shardstream[ray]" (or ray[data] itself)', name="ray") from e
 
+from . import _core
 from .errors import ConfigError
 from .loader import Loader, parse_size
 from .writer import _IMAGE_FORMATS, ShardWriter
@@ -70,18 +71,15 @@ class _Folder:
         return "/".join((self.root,) + names) if self.remote else os.path.join(self.root, *names)
 
     def exists(self, url: str) -> bool:
-        from . import _core
         return _core.source_exists(url) if self.remote else os.path.exists(url)
 
     def remove(self, url: str) -> None:
-        from . import _core
         if self.remote:
             _core.source_remove(url)
         elif os.path.exists(url):
             os.remove(url)
 
     def remove_tree(self, url: str) -> None:
-        from . import _core
         if not self.remote:
             shutil.rmtree(url, ignore_errors=True)
             return
@@ -93,7 +91,6 @@ class _Folder:
 
     def parts(self) -> List[str]:
         """The part-NNNNN folders in the root."""
-        from . import _core
         if not self.remote:
             if not os.path.isdir(self.root):
                 return []
@@ -103,7 +100,6 @@ class _Folder:
                 if is_dir and u.rstrip("/").rsplit("/", 1)[-1].startswith("part-")]
 
     def write_text(self, url: str, text: str) -> None:
-        from . import _core
         if self.remote:
             _core.source_write_file(url, text.encode())
             return
@@ -277,7 +273,6 @@ _IMAGE_EXTS = frozenset(_IMAGE_FORMATS)
 def _manifest_entries(manifest: str) -> List[Dict[str, Any]]:
     """The shards a manifest names (local, file://, http(s)://, s3://), urls resolved, read
     through the Loader's sources (credentials as for any read)."""
-    from . import _core
     path = manifest[len("file://"):] if manifest.startswith("file://") else manifest
     if "://" not in path:
         path = os.path.abspath(path)  # the read tasks may run in another directory
