@@ -22,6 +22,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+# Ray leaves native threads (gRPC, its core worker) in the test process after
+# ray.shutdown(), and a process forked beside them can crash on a lock one of
+# them held: a fork-started DataLoader worker died with SIGSEGV in a test run
+# after the Ray tests. Tests that start Ray in this process therefore run last.
+RAY_IN_PROCESS = ("test_ray.py", "test_ray_cluster.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: os.path.basename(str(item.fspath)) in RAY_IN_PROCESS)
+
+
 NSHARDS = 8
 PER_SHARD = 25
 SEQ = 16
