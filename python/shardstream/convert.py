@@ -45,7 +45,7 @@ from .errors import ConfigError, CorruptError, Error, IoError
 from .loader import parse_size
 from .writer import ShardWriter, encode_field
 
-__all__ = ["text_to_shards", "SHARD_PATTERN", "MANIFEST_NAME"]
+__all__ = ["text_to_shards", "images_to_shards", "SHARD_PATTERN", "MANIFEST_NAME"]
 
 #: Shard names: input number, then the shard's number within that input.
 SHARD_PATTERN = "part-{input:05d}-%06d.tar"
@@ -756,6 +756,28 @@ class _WorkerLost(Exception):
     """A Ray task's worker died (shardstream.ray._TaskPool raises it from a future)."""
 
 
+def _engine(engine: str, processes: Optional[int]) -> Tuple[Any, int]:
+    """The pool class for engine="ray" (None for "processes") and the process count: the
+    CPUs this process may use, or the Ray cluster's, unless given."""
+    if engine not in ("processes", "ray"):
+        raise ConfigError(f"engine {engine!r}: expected 'processes' (this machine) or 'ray' "
+                          "(the tasks of a Ray cluster)")
+    ray_pool: Any = None
+    if engine == "ray":
+        from .ray import _TaskPool  # needs ray: the [ray] extra
+        ray_pool = _TaskPool
+        if processes is None:
+            processes = _TaskPool.cluster_cpus()
+    if processes is None:
+        try:
+            processes = len(os.sched_getaffinity(0))
+        except AttributeError:
+            processes = os.cpu_count() or 1
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ConfigError(f"processes {processes!r}: expected an integer >= 1")
+    return ray_pool, processes
+
+
 def _stop(pool: Any) -> None:
     """Stops the workers now (after an error): queued work is dropped and running
     work killed; the shards it was writing are then removed by the caller."""
@@ -792,26 +814,65 @@ def _remove(out_dir: str, names: Iterable[str]) -> None:
             pass
 
 
+def _claim(out_dir: str, overwrite: bool, extra: Sequence[str] = ()) -> bool:
+    """Makes out_dir ready for a conversion: an earlier one's manifest, shards (and the
+    extra files named) are refused, or removed with overwrite. Returns whether out_dir was
+    created (then a failed conversion removes it again)."""
+    created = not os.path.exists(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    old = _our_files(out_dir)
+    has_manifest = os.path.exists(os.path.join(out_dir, MANIFEST_NAME))
+    if (old or has_manifest) and not overwrite:
+        raise ConfigError(f"{out_dir} already holds "
+                          f"{'a ' + MANIFEST_NAME if has_manifest else 'shards'} of a conversion; "
+                          "pass overwrite=True to replace it, or use another directory")
+    if has_manifest:
+        os.remove(os.path.join(out_dir, MANIFEST_NAME))
+    _remove(out_dir, old + [_MANIFEST_TMP, *extra])
+    return created
+
+
+def _abandon(out_dir: str, created: bool, pool: Any, extra: Sequence[str] = ()) -> None:
+    """After an error: the workers stopped, what they wrote removed, no manifest."""
+    if pool is not None:
+        _stop(pool)
+    _remove(out_dir, _our_files(out_dir) + [_MANIFEST_TMP, *extra])
+    if created:
+        try:
+            os.rmdir(out_dir)  # only if empty: nothing of the user's goes
+        except OSError:
+            pass
+
+
 def _write_manifest(out_dir: str, shards: List[Dict[str, Any]]) -> str:
     """JSON Lines with the keys in the order the C++ writer uses (url, size,
     nsamples, checksum, then extras sorted), written atomically."""
     lines = []
     for s in shards:
-        lines.append(json.dumps({"url": s["url"], "size": s["size"], "nsamples": s["nsamples"],
-                                 "checksum": s["checksum"], "ntokens": s["ntokens"]}) + "\n")
+        entry = {"url": s["url"], "size": s["size"], "nsamples": s["nsamples"],
+                 "checksum": s["checksum"]}
+        if "ntokens" in s:
+            entry["ntokens"] = s["ntokens"]
+        lines.append(json.dumps(entry) + "\n")
     path = os.path.join(out_dir, MANIFEST_NAME)
-    tmp = os.path.join(out_dir, _MANIFEST_TMP)
+    _write_text(path, "".join(lines), os.path.join(out_dir, _MANIFEST_TMP))
+    return path
+
+
+def _write_text(path: str, text: str, tmp: Optional[str] = None) -> None:
+    """Writes a file atomically and durably: a temporary name, fsync, rename, fsync of the folder."""
+    folder = os.path.dirname(path) or "."
+    tmp = tmp or os.path.join(folder, "." + os.path.basename(path) + ".tmp")
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write("".join(lines))
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(out_dir, os.O_RDONLY)
+    fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return path
 
 
 # --------------------------------------------------------------------------- API
@@ -933,22 +994,7 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
     max_bytes_n = parse_size(max_bytes)
     if not max_bytes_n:
         raise ConfigError("max_bytes must be > 0")
-    if engine not in ("processes", "ray"):
-        raise ConfigError(f"engine {engine!r}: expected 'processes' (this machine) or 'ray' "
-                          "(the tasks of a Ray cluster)")
-    ray_pool: Any = None
-    if engine == "ray":
-        from .ray import _TaskPool  # needs ray: the [ray] extra
-        ray_pool = _TaskPool
-        if processes is None:
-            processes = _TaskPool.cluster_cpus()
-    if processes is None:
-        try:
-            processes = len(os.sched_getaffinity(0))
-        except AttributeError:
-            processes = os.cpu_count() or 1
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise ConfigError(f"processes {processes!r}: expected an integer >= 1")
+    ray_pool, processes = _engine(engine, processes)
 
     if inputs is None:
         raise ConfigError("no inputs given")
@@ -972,17 +1018,7 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
     if parallel not in ("auto", "files", "documents"):
         raise ConfigError(f"parallel {parallel!r}: expected 'auto', 'files' or 'documents'")
     out_dir = os.fspath(out_dir)
-    created = not os.path.exists(out_dir)  # removed again if the conversion fails
-    os.makedirs(out_dir, exist_ok=True)
-    old = _our_files(out_dir)
-    has_manifest = os.path.exists(os.path.join(out_dir, MANIFEST_NAME))
-    if (old or has_manifest) and not overwrite:
-        raise ConfigError(f"{out_dir} already holds "
-                          f"{'a ' + MANIFEST_NAME if has_manifest else 'shards'} of a conversion; "
-                          "pass overwrite=True to replace it, or use another directory")
-    if has_manifest:
-        os.remove(os.path.join(out_dir, MANIFEST_NAME))
-    _remove(out_dir, old + [_MANIFEST_TMP])
+    created = _claim(out_dir, overwrite)
 
     if files is None or parallel == "documents" or (parallel == "auto" and len(files) < processes):
         mode = "documents"  # read and write here, tokenize batches in the workers
@@ -1044,14 +1080,7 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
                               f"{f' ({skipped} skipped as empty)' if skipped else ''}")
         manifest = _write_manifest(out_dir, shards)
     except BaseException:
-        if pool is not None:
-            _stop(pool)
-        _remove(out_dir, _our_files(out_dir) + [_MANIFEST_TMP])
-        if created:
-            try:
-                os.rmdir(out_dir)  # only if empty: nothing of the user's goes
-            except OSError:
-                pass
+        _abandon(out_dir, created, pool)
         raise
 
     seconds = time.perf_counter() - t0
@@ -1068,3 +1097,6 @@ def text_to_shards(inputs: Any, out_dir: Union[str, "os.PathLike[str]"],
                     "skipped": r["skipped"], "shards": len(r["shards"])} for r in results],
     }
 
+
+# An ImageFolder tree in: its own module, exported here beside text_to_shards.
+from .image_folder import images_to_shards  # noqa: E402

@@ -359,8 +359,9 @@ def read_shards(manifest: Union[str, "os.PathLike[str]"], *, fields: Optional[Li
 # A task whose worker died (its node lost, killed) runs again twice, then fails the conversion.
 @ray.remote(num_cpus=1, max_retries=2)
 def _convert_task(payload: bytes, enc_args: tuple, fn: Any, args: tuple) -> Any:
-    from . import convert
-    convert._ensure_worker(payload, enc_args)  # the job's tokenizer, once per worker process
+    if payload is not None:  # a tokenizing job (images_to_shards has none)
+        from . import convert
+        convert._ensure_worker(payload, enc_args)  # the job's tokenizer, once per worker process
     return fn(*args)
 
 

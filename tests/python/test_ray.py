@@ -259,6 +259,19 @@ def test_text_converted_on_ray_is_byte_identical_to_one_machine(cluster, text_co
     assert_same_bytes(tmp_path / "one", tmp_path / "ray")
 
 
+def test_an_image_folder_converted_on_ray_is_byte_identical_to_one_machine(cluster, tmp_path):
+    from shardstream import convert
+    from test_image_folder import make_tree
+    images = make_tree(str(tmp_path / "train"), per_class=20)
+    one = convert.images_to_shards(tmp_path / "train", tmp_path / "one", max_bytes="32KiB",
+                                   processes=1)
+    on_ray = convert.images_to_shards(tmp_path / "train", tmp_path / "ray", max_bytes="32KiB",
+                                      engine="ray")
+    assert on_ray["engine"] == "ray" and on_ray["processes"] == 2
+    assert on_ray["images"] == one["images"] == len(images) and on_ray["shards"] >= 4
+    assert_same_bytes(tmp_path / "one", tmp_path / "ray")
+
+
 def test_a_data_set_converted_on_ray_with_a_factory_is_byte_identical(cluster, tmp_path):
     datasets = pytest.importorskip("datasets")
     from shardstream import convert

@@ -82,6 +82,25 @@ def test_text_converts_on_both_nodes_to_the_bytes_of_one_process(two_nodes, tmp_
         assert (tmp_path / "one" / n).read_bytes() == (tmp_path / "ray" / n).read_bytes(), n
 
 
+def test_an_image_folder_converts_on_the_cluster_to_the_bytes_pack_writes(two_nodes, tmp_path):
+    import subprocess
+    from conftest import cli_dir
+    from test_image_folder import make_tree
+    make_tree(str(tmp_path / "train"), per_class=20)
+    subprocess.run([os.path.join(cli_dir(), "shardstream"), "pack", "--image-folder", "--index",
+                    "--shard-size", "24KiB", str(tmp_path / "train"), str(tmp_path / "pack")],
+                   check=True, capture_output=True)
+    s = convert.images_to_shards(tmp_path / "train", tmp_path / "ray", max_bytes="24KiB",
+                                 engine="ray")
+    assert s["processes"] == 2 and s["shards"] >= 6
+    for n in range(s["shards"]):
+        for ext in ("", ".idx"):
+            assert (tmp_path / "ray" / f"part-{n:05d}-000000.tar{ext}").read_bytes() == \
+                (tmp_path / "pack" / f"shard-{n:06d}.tar{ext}").read_bytes()
+    assert (tmp_path / "ray" / "classes.txt").read_bytes() == \
+        (tmp_path / "pack" / "classes.txt").read_bytes()
+
+
 def test_a_sink_writes_from_both_nodes_and_the_source_reads_it_back(two_nodes, tmp_path):
     rows = [{"__key__": f"r{i:05d}", "tokens.npy": np.arange(i % 50 + 1, dtype=np.int32),
              "cls": i % 5} for i in range(600)]
