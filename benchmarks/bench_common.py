@@ -8,6 +8,7 @@ measured children import it too, through their script, and it must not weigh on 
 
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -86,17 +87,18 @@ def finish_dir(out: str, record: dict) -> None:
     os.remove(os.path.join(out, ".writing"))
 
 
-def ensure_mds(python: str, script: str, manifest: str, out: str, params) -> str:
+def ensure_mds(python: str, script: str, manifest: str, out: str, params,
+               flag: str = "--write-mds", what: str = "MDS copy") -> str:
     """`out`, the MDS copy of a data set for MosaicML Streaming, written by `script
     --write-mds MANIFEST OUT` under Streaming's own Python unless out/params.json says it was
     made from a data set of `params`. Raises RuntimeError if the writing fails."""
     marker = os.path.join(out, "params.json")
     if read_json(marker) != params:
-        log(f"data: writing the MDS copy into {out} (Streaming)")
-        r = subprocess.run([python, script, "--write-mds", manifest, out], capture_output=True,
+        log(f"data: writing the {what} into {out}")
+        r = subprocess.run([python, script, flag, manifest, out], capture_output=True,
                            text=True)
         if r.returncode != 0:
-            raise RuntimeError("MDSWriter failed: " + tail(r.stderr))
+            raise RuntimeError(f"writing the {what} failed: " + tail(r.stderr))
         write_json(marker, params)
     return out
 
@@ -144,8 +146,10 @@ def tree_memory(pid: int) -> tuple:
 
 def measure(cmd) -> tuple:
     """Runs cmd, sampling its process tree's memory every 5 ms (a tree's peak is in no one
-    process's rusage): (last_json of its stdout, peak RSS, peak anonymous RSS). Raises
+    process's rusage): (last_json of its stdout, with "tree_cpu_s" added to a dict, peak RSS,
+    peak anonymous RSS). Raises
     RuntimeError with the end of its stderr if it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = peak_anon = 0
     done = threading.Event()
@@ -164,7 +168,14 @@ def measure(cmd) -> tuple:
     t.join()
     if proc.returncode != 0:
         raise RuntimeError(f"exit status {proc.returncode}: {tail(err)}")
-    return last_json(out), peak, peak_anon
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = last_json(out)
+    if isinstance(result, dict):
+        # The child's CPU seconds and those of the descendants it waited for (its
+        # DataLoader workers): the whole run, start-up included.
+        result["tree_cpu_s"] = (after.ru_utime - before.ru_utime +
+                                after.ru_stime - before.ru_stime)
+    return result, peak, peak_anon
 
 
 def import_torch_rss(runs: int) -> float:

@@ -16,8 +16,8 @@ Data's read_binary_files + write_webdataset (no manifest, no index, no labels fi
 LitData's optimize as its ImageNet recipe does it (a PIL image, whose file bytes its JPEG
 serializer stores, and the label; chunk_bytes 64MB, num_workers = the CPUs), which runs in a
 process of its own (it forks its workers, which must not inherit Ray's threads). LitData:
-`pip install --no-deps litdata lightning-utilities` (its dependencies would replace torch);
-a way that cannot run is printed with the reason.
+`bash scripts/bench_env.sh --peers` installs it (--no-deps: its requirements would replace
+torch); a way that cannot run is printed with the reason.
 """
 import argparse
 import json

@@ -1,6 +1,8 @@
-"""shardstream vs WebDataset vs MosaicML Streaming, each feeding a torch DataLoader the same samples.
+"""shardstream vs WebDataset, MosaicML Streaming, LitData and Grain, each feeding a training loop
+the same samples.
 
     python benchmarks/torch_vs_webdataset.py [--dir /tmp/ss-bench] [--runs 3] [--epochs 3]
+    bash scripts/bench_env.sh [--peers]      # Streaming's environment; LitData and Grain
 
 Data sets, written once into --dir with shardstream.ShardWriter (64 MiB tar
 shards, each sample one int32 .npy) and reused while their parameters match:
@@ -9,7 +11,10 @@ shards, each sample one int32 .npy) and reused while their parameters match:
 the mix) and "1k" (--small-samples samples of 256 int32 = 1 KiB, batches
 [256, 256]). For Streaming the same tokens, read back from the tar shards, are
 written once with MDSWriter(columns={"tokens": "ndarray:int32"}) (as
-llm-foundry writes pre-tokenized text) into --dir/NAME-mds.
+llm-foundry writes pre-tokenized text) into --dir/NAME-mds; for LitData with
+its optimize(..., item_loader=TokensLoader(), chunk_size=16M tokens) (its
+pretraining recipe) into --dir/NAME-litdata; for Grain as ArrayRecord files
+(a record per sample, group_size:1 for random access) into --dir/NAME-grain.
 
 Configurations, each for every library:
 - tokens, shuffle on: each library's usual shuffle. shardstream: ShardDataset's
@@ -42,6 +47,14 @@ How each library is driven (its recommended setup):
   batch_size=256) under DataLoader(batch_size=256, num_workers=2,
   pin_memory=True); the default collate_fn stacks the rows.
 
+- LitData: StreamingDataset(dir, item_loader=TokensLoader(block_size=seq),
+  shuffle=...) under its StreamingDataLoader(batch_size=256, num_workers=2,
+  pin_memory=True). Not in the mix configuration.
+- Grain: its Dataset API, MapDataset.source(ArrayRecordDataSource(files))
+  .shuffle(seed).repeat(epochs).map(parse).batch(256).to_iter_dataset()
+  .mp_prefetch(num_workers=2); NumPy batches, taken as tensors with
+  torch.from_numpy. One pipeline gives every epoch. Not in the mix.
+
 Each configuration runs --epochs epochs in a fresh process; the runs are
 interleaved (run 1 of every configuration, then run 2, ...). The driver
 samples the RSS (and its anonymous part) of that process and all its children
@@ -49,8 +62,9 @@ every 5 ms (/proc) for the peak memory of the whole process tree, and compares
 it with a process that only imports torch. Reported, medians of --runs:
 batches/s over all epochs counted from the first batch on (its time excluded),
 time to the first batch (from just after `import torch`: library import, set-up,
-worker start, first batch), peak tree RSS, and the ratios shardstream /
-WebDataset and shardstream / Streaming. The last stdout line is one JSON object.
+worker start, first batch), peak tree RSS, rows per CPU second (rows after the
+first batch over the CPU seconds of the process and its joined workers in that
+time), and the ratio of shardstream to each peer. The last stdout line is one JSON object.
 """
 
 import argparse
@@ -71,7 +85,12 @@ BATCH = 256
 WORKERS = 2  # DataLoader workers of WebDataset and Streaming
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ME = os.path.abspath(__file__)
-LIBS = ("shardstream", "webdataset", "streaming")
+LIBS = ("shardstream", "webdataset", "streaming", "litdata", "grain")
+# Peers measured on one data set at a time (their mixes are not set up here).
+NO_MIX = ("litdata", "grain")
+# Each peer's own format, written by its own writer from the same tar shards.
+COPIES = {"litdata": "--write-litdata", "grain": "--write-grain"}
+LITDATA_CHUNK_TOKENS = 16 << 20  # 64 MiB of int32 per chunk, as our shards
 MIX_WEIGHTS = (0.7, 0.3)
 # Data set name -> (tokens per sample, generator seed).
 DATASETS = {"tokens": (2048, 0), "tokens-b": (2048, 1), "1k": (256, 0)}
@@ -134,6 +153,63 @@ def write_mds(manifest: str, out: str) -> None:
     print(json.dumps({"samples": n, "streaming_version": streaming.__version__}))
 
 
+def litdata_shard_tokens(path: str):
+    """LitData's optimize fn: a shard's samples as token tensors (its pretraining recipe)."""
+    import torch
+    for tokens in tar_tokens([path]):
+        yield torch.from_numpy(tokens)
+
+
+def write_litdata(manifest: str, out: str) -> None:
+    """Child: the tokens as LitData chunks (optimize with TokensLoader, as LitData's
+    pretraining recipe writes them)."""
+    import litdata
+    from litdata.streaming.item_loader import TokensLoader
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    litdata.optimize(fn=litdata_shard_tokens, inputs=shard_paths(manifest), output_dir=out,
+                     chunk_size=LITDATA_CHUNK_TOKENS, item_loader=TokensLoader(),
+                     num_workers=WORKERS, verbose=False)
+    print(json.dumps({"litdata_version": litdata.__version__}))
+
+
+def write_grain(manifest: str, out: str) -> None:
+    """Child: the tokens as ArrayRecord files (one per shard, a record per sample, group
+    size 1 for random access, as Grain's docs advise), read by Grain's ArrayRecordDataSource."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    n = 0
+    for i, path in enumerate(shard_paths(manifest)):
+        w = ArrayRecordWriter(os.path.join(out, f"part-{i:05d}.array_record"), "group_size:1")
+        for tokens in tar_tokens([path]):
+            w.write(tokens.tobytes())
+            n += 1
+        w.close()
+    print(json.dumps({"samples": n}))
+
+
+def grain_files(out: str) -> list:
+    return sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".array_record"))
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has joined (DataLoader workers)."""
+    import resource
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
+def grain_tokens(record):
+    """Grain's map: a record's bytes to the int32 tokens (module level: its workers import it)."""
+    import numpy as np
+    return np.frombuffer(record, dtype=np.int32)
+
+
 # -- one configuration of one library, in its own process -----------------------------------
 
 def run_one(cfg: dict) -> dict:
@@ -143,7 +219,7 @@ def run_one(cfg: dict) -> dict:
     lib, shuffle, epochs, seq = cfg["lib"], cfg["shuffle"], cfg["epochs"], cfg["seq"]
     weights, epoch_size = cfg.get("weights"), cfg.get("epoch_size")
     versions = {"torch": torch.__version__}
-    set_epoch = None
+    set_epoch = make_epoch = dl = None
     if lib == "shardstream":
         import shardstream
         from shardstream.torch import ShardDataset, passthrough
@@ -198,9 +274,34 @@ def run_one(cfg: dict) -> dict:
                                             batch_size=BATCH)
         dl = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS,
                                          pin_memory=True)
+    elif lib == "litdata":
+        import litdata
+        from litdata import StreamingDataLoader, StreamingDataset
+        from litdata.streaming.item_loader import TokensLoader
+        versions["litdata"] = litdata.__version__
+        ds = StreamingDataset(cfg["copies"]["litdata"][0], item_loader=TokensLoader(block_size=seq),
+                              shuffle=shuffle, seed=0)
+        # StreamingDataLoader moves to the next epoch (its shuffle) on each iteration.
+        dl = StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, pin_memory=True)
+    elif lib == "grain":
+        import grain
+        from importlib.metadata import version
+        versions["grain"] = version("grain")
+        source = grain.sources.ArrayRecordDataSource(grain_files(cfg["copies"]["grain"][0]))
+
+        # Its Dataset API as its docs build it: a global shuffle of the records (reshuffled
+        # each epoch after repeat), parse, batch, and worker processes (mp_prefetch). One
+        # pipeline gives every epoch, so its rows are counted once for all of them.
+        d = grain.MapDataset.source(source)
+        if shuffle:
+            d = d.shuffle(seed=0)
+        d = d.repeat(epochs).map(grain_tokens).batch(BATCH)
+        dl = d.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=WORKERS))
+        epochs = 1
     else:
         raise SystemExit(f"unknown library {lib}")
 
+    import numpy as np
     first = t_first = None
     batches = rows = 0
     rows_per_epoch = []
@@ -208,20 +309,30 @@ def run_one(cfg: dict) -> dict:
         if set_epoch is not None:
             set_epoch(epoch)
         epoch_rows = 0
-        for b in dl:
-            x = (b[0] if isinstance(b, (tuple, list))
+        for b in (make_epoch(epoch) if make_epoch is not None else dl):
+            x = (b if isinstance(b, (np.ndarray, torch.Tensor))
+                 else b[0] if isinstance(b, (tuple, list))
                  else b["tokens"] if "tokens" in b else b["tokens.npy"])
+            if isinstance(x, np.ndarray):
+                x = torch.from_numpy(x)  # Grain gives NumPy batches
             epoch_rows += int(x.shape[0])
             if first is None:
                 first = time.perf_counter() - t_start
                 t_first = time.perf_counter()
+                cpu_first = cpu_seconds()
                 assert x.shape[1] == seq and x.dtype == torch.int32, (lib, x.shape, x.dtype)
             else:
                 batches += 1
             del b, x
         rows_per_epoch.append(epoch_rows)
     seconds = time.perf_counter() - t_first
+    # Worker processes count once they are joined: drop the loader first.
+    dl = make_epoch = None
+    import gc
+    gc.collect()
+    cpu = cpu_seconds() - cpu_first
     return {"first_batch_s": first, "batches": batches, "seconds": seconds,
+            "cpu_s": cpu, "rows_per_cpu_s": batches * BATCH / cpu if cpu > 0 else None,
             "batches_per_s": batches / seconds, "rows_per_epoch": rows_per_epoch,
             "versions": versions}
 
@@ -252,13 +363,17 @@ def main() -> None:
                          "[.venv-bench/bin/python]")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--write-mds", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--write-litdata", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--write-grain", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(run_one(json.loads(args.child))))
         return
-    if args.write_mds:
-        write_mds(*args.write_mds)
-        return
+    for flag, fn in (("write_mds", write_mds), ("write_litdata", write_litdata),
+                     ("write_grain", write_grain)):
+        if getattr(args, flag):
+            fn(*getattr(args, flag))
+            return
 
     load_before = os.getloadavg()
     root = os.path.abspath(args.dir)
@@ -286,7 +401,30 @@ def main() -> None:
                        for n in names}
             except RuntimeError as e:
                 skipped["streaming"] = str(e)
+    copies = {}  # peer -> data set name -> its copy's directory
+    for lib, flag in COPIES.items():
+        if lib not in libs:
+            continue
+        module = {"litdata": "litdata", "grain": "array_record"}[lib]
+        try:
+            __import__(module)
+        except ImportError as e:
+            skipped[lib] = (f"not installed ({e}): bash scripts/bench_env.sh --peers installs "
+                            "it into .venv")
+            continue
+        try:
+            copies[lib] = {n: ensure_mds(sys.executable, ME, manifests[n],
+                                         os.path.join(root, f"{n}-{lib}"),
+                                         read_json(os.path.join(root, n, "params.json")),
+                                         flag=flag, what=f"{lib} copy")
+                           for n in names}
+        except RuntimeError as e:
+            skipped[lib] = str(e)
     files = [u for n in names for u in shard_paths(manifests[n])]
+    for by_name in copies.values():
+        for d in by_name.values():
+            files += [os.path.join(d, f) for f in sorted(os.listdir(d))
+                      if os.path.isfile(os.path.join(d, f))]
     for d in mds.values():
         files += [os.path.join(d, f) for f in sorted(os.listdir(d))]
     warm_cache(files)
@@ -296,7 +434,8 @@ def main() -> None:
     def command(lib: str, kind: str, sets: tuple, shuffle: bool) -> list:
         cfg = {"lib": lib, "shuffle": shuffle, "epochs": args.epochs,
                "seq": DATASETS[sets[0]][0], "manifests": [manifests[n] for n in sets],
-               "mds": [mds.get(n) for n in sets]}
+               "mds": [mds.get(n) for n in sets],
+               "copies": {lib: [c.get(n) for n in sets] for lib, c in copies.items()}}
         if kind == "mix":
             cfg.update(weights=MIX_WEIGHTS, epoch_size=args.token_samples)
         python = streaming_python if lib == "streaming" else sys.executable
@@ -314,7 +453,8 @@ def main() -> None:
             f"(anon {res['peak_rss_anon'] / 2**20:.0f})  rows/epoch {res['rows_per_epoch']}")
 
     contenders = [((config_name(kind, shuffle), lib), lib, command(lib, kind, sets, shuffle))
-                  for kind, sets, shuffle in configs for lib in libs]
+                  for kind, sets, shuffle in configs for lib in libs
+                  if not (kind == "mix" and lib in NO_MIX)]
     runs = interleave(args.runs, contenders, skipped, report)  # (config name, lib) -> results
 
     results = []
@@ -328,7 +468,9 @@ def main() -> None:
         for lib in libs:
             rs = runs.get((cname, lib))
             if not rs:
-                entry[lib] = {"batches_per_s": None, "reason": skipped.get(lib, "no runs")}
+                why = ("its mix is not set up here" if kind == "mix" and lib in NO_MIX
+                       else skipped.get(lib, "no runs"))
+                entry[lib] = {"batches_per_s": None, "reason": why}
                 continue
             entry[lib] = {
                 "batches_per_s": statistics.median(x["batches_per_s"] for x in rs),
@@ -336,13 +478,16 @@ def main() -> None:
                 "peak_rss": statistics.median(x["peak_rss"] for x in rs),
                 "peak_rss_anon": statistics.median(x["peak_rss_anon"] for x in rs),
                 "runs_batches_per_s": [x["batches_per_s"] for x in rs],
+                # rows delivered after the first batch per CPU second of the process and
+                # its joined workers over that time
+                "rows_per_cpu_s": statistics.median(x["rows_per_cpu_s"] for x in rs),
                 "rows_per_epoch": rs[-1]["rows_per_epoch"],
                 "versions": rs[-1].get("versions")}
 
         def rate(lib):
             return (entry.get(lib) or {}).get("batches_per_s")
 
-        for other in ("webdataset", "streaming"):
+        for other in LIBS[1:]:
             entry[f"ratio_to_{other}"] = (rate("shardstream") / rate(other)
                                           if rate("shardstream") and rate(other) else None)
         results.append(entry)
@@ -355,7 +500,8 @@ def main() -> None:
             print(f"{cname:19s} {lib:11s} {res['batches_per_s']:8.1f} batches/s  first batch "
                   f"{res['first_batch_s'] * 1000:6.0f} ms  peak tree RSS "
                   f"{res['peak_rss'] / mib:5.0f} MiB (+{(res['peak_rss'] - torch_rss) / mib:.0f} "
-                  f"over import torch; anon {res['peak_rss_anon'] / mib:.0f})"
+                  f"over import torch; anon {res['peak_rss_anon'] / mib:.0f})  "
+                  f"{res['rows_per_cpu_s']:9,.0f} rows/CPU s"
                   + (f"  shardstream {x:.1f}x" if x else "")
                   + "  [runs: " + ", ".join(f"{v:.0f}" for v in res["runs_batches_per_s"]) + "]",
                   flush=True)

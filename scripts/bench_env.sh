@@ -9,12 +9,29 @@
 # directories import (found by trying). Idempotent; safe to run again.
 #
 #   bash scripts/bench_env.sh            # then: python benchmarks/vision_benchmark.py
+#   bash scripts/bench_env.sh --peers    # LitData and Grain into .venv (see below)
 #
 # PYTHON picks the interpreter (default python3; it must match the torch wheel,
 # cp311 for the CPU build of torch 2.13). TORCH_SPEC overrides the torch requirement.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+
+# --peers: the loaders that live beside shardstream in the project's .venv, for
+# benchmarks/torch_vs_webdataset.py and benchmarks/convert_benchmark.py:
+# - LitData with --no-deps: its requirements ask for a newer torch (a CUDA build);
+#   `import litdata`, optimize and StreamingDataset need only lightning-utilities
+#   beside what .venv has (found by trying);
+# - Grain (with array_record) as it comes: it changes nothing .venv has.
+if [ "${1:-}" = "--peers" ]; then
+  py=("$root/.venv/bin/python")
+  "${py[@]}" -m pip install -q --disable-pip-version-check --no-deps "litdata==0.2.76" \
+    "lightning-utilities==0.15.3"
+  "${py[@]}" -m pip install -q --disable-pip-version-check "grain==0.2.18"
+  "${py[@]}" -c "import litdata, grain, array_record; print('bench_env: ok: litdata',
+litdata.__version__, 'and grain in .venv')"
+  exit 0
+fi
 venv="$root/.venv-bench"
 py=${PYTHON:-python3}
 torch_spec=${TORCH_SPEC:-torch==2.13.0+cpu}
