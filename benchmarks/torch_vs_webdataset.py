@@ -1,8 +1,8 @@
-"""shardstream vs WebDataset, MosaicML Streaming, LitData and Grain, each feeding a training loop
-the same samples.
+"""shardstream vs WebDataset, MosaicML Streaming, LitData, Grain and SPDL, each feeding a training
+loop the same samples.
 
     python benchmarks/torch_vs_webdataset.py [--dir /tmp/ss-bench] [--runs 3] [--epochs 3]
-    bash scripts/bench_env.sh [--peers]      # Streaming's environment; LitData and Grain
+    bash scripts/bench_env.sh [--peers]      # Streaming's environment; LitData, Grain, SPDL
 
 Data sets, written once into --dir with shardstream.ShardWriter (64 MiB tar
 shards, each sample one int32 .npy) and reused while their parameters match:
@@ -14,7 +14,9 @@ written once with MDSWriter(columns={"tokens": "ndarray:int32"}) (as
 llm-foundry writes pre-tokenized text) into --dir/NAME-mds; for LitData with
 its optimize(..., item_loader=TokensLoader(), chunk_size=16M tokens) (its
 pretraining recipe) into --dir/NAME-litdata; for Grain as ArrayRecord files
-(a record per sample, group_size:1 for random access) into --dir/NAME-grain.
+(a record per sample, group_size:1 for random access) into --dir/NAME-grain;
+for SPDL, which has no format of its own, as one [samples, seq] .npy array per
+shard into --dir/NAME-spdl.
 
 Configurations, each for every library:
 - tokens, shuffle on: each library's usual shuffle. shardstream: ShardDataset's
@@ -54,6 +56,11 @@ How each library is driven (its recommended setup):
   .shuffle(seed).repeat(epochs).map(parse).batch(256).to_iter_dataset()
   .mp_prefetch(num_workers=2); NumPy batches, taken as tensors with
   torch.from_numpy. One pipeline gives every epoch. Not in the mix.
+- SPDL: its thread pipeline, PipelineBuilder().add_source(batches of indices,
+  shuffled per epoch).pipe(load_batch, concurrency=2).add_sink(3)
+  .build(num_threads=2), load_batch gathering a batch's rows from the
+  memory-mapped arrays with NumPy (a call per batch: its per-item dispatch
+  costs far more than a row's copy). Not in the mix.
 
 Each configuration runs --epochs epochs in a fresh process; the runs are
 interleaved (run 1 of every configuration, then run 2, ...). The driver
@@ -85,11 +92,12 @@ BATCH = 256
 WORKERS = 2  # DataLoader workers of WebDataset and Streaming
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ME = os.path.abspath(__file__)
-LIBS = ("shardstream", "webdataset", "streaming", "litdata", "grain")
+LIBS = ("shardstream", "webdataset", "streaming", "litdata", "grain", "spdl")
 # Peers measured on one data set at a time (their mixes are not set up here).
-NO_MIX = ("litdata", "grain")
-# Each peer's own format, written by its own writer from the same tar shards.
-COPIES = {"litdata": "--write-litdata", "grain": "--write-grain"}
+NO_MIX = ("litdata", "grain", "spdl")
+# Each peer's own format, written by its own writer from the same tar shards (SPDL has none:
+# it gets .npy arrays, memory-mapped).
+COPIES = {"litdata": "--write-litdata", "grain": "--write-grain", "spdl": "--write-npy"}
 LITDATA_CHUNK_TOKENS = 16 << 20  # 64 MiB of int32 per chunk, as our shards
 MIX_WEIGHTS = (0.7, 0.3)
 # Data set name -> (tokens per sample, generator seed).
@@ -188,6 +196,22 @@ def write_grain(manifest: str, out: str) -> None:
             n += 1
         w.close()
     print(json.dumps({"samples": n}))
+
+
+def write_npy(manifest: str, out: str) -> None:
+    """Child: the tokens as one [samples, seq] int32 .npy array per shard (for SPDL, which
+    has no format of its own: a map-style source over memory-mapped arrays)."""
+    import numpy as np
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    for i, path in enumerate(shard_paths(manifest)):
+        np.save(os.path.join(out, f"part-{i:05d}.npy"), np.stack(list(tar_tokens([path]))))
+    print(json.dumps({"shards": i + 1}))
+
+
+def npy_files(out: str) -> list:
+    return sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".npy"))
 
 
 def grain_files(out: str) -> list:
@@ -298,6 +322,39 @@ def run_one(cfg: dict) -> dict:
         d = d.repeat(epochs).map(grain_tokens).batch(BATCH)
         dl = d.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=WORKERS))
         epochs = 1
+    elif lib == "spdl":
+        import numpy as np
+        from importlib.metadata import version
+        from spdl.pipeline import PipelineBuilder
+        versions["spdl"] = version("spdl")
+        arrays = [np.load(f, mmap_mode="r") for f in npy_files(cfg["copies"]["spdl"][0])]
+        first_row = np.cumsum([0] + [a.shape[0] for a in arrays])
+
+        def load_batch(rows):
+            # A batch's rows gathered from the mapped arrays (one call per batch: SPDL's
+            # per-item dispatch costs far more than a 1-8 KiB copy).
+            out = np.empty((len(rows), seq), np.int32)
+            files = np.searchsorted(first_row, rows, side="right") - 1
+            for f in np.unique(files):  # NumPy's gather, a file at a time
+                mine = files == f
+                out[mine] = arrays[f][rows[mine] - first_row[f]]
+            return torch.from_numpy(out)
+
+        def make_epoch(epoch: int):
+            # Its thread pipeline: batches of indices (shuffled per epoch) as the source,
+            # loaded on its threads, batches in completion order as its default.
+            n = int(first_row[-1])
+            order = np.random.default_rng(epoch).permutation(n) if shuffle else np.arange(n)
+            pipeline = (PipelineBuilder()
+                        .add_source([order[i:i + BATCH] for i in range(0, n, BATCH)])
+                        .pipe(load_batch, concurrency=WORKERS)
+                        .add_sink(3)
+                        .build(num_threads=WORKERS))
+
+            def batches():
+                with pipeline.auto_stop():
+                    yield from pipeline.get_iterator()
+            return batches()
     else:
         raise SystemExit(f"unknown library {lib}")
 
@@ -365,12 +422,13 @@ def main() -> None:
     ap.add_argument("--write-mds", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--write-litdata", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--write-grain", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--write-npy", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(run_one(json.loads(args.child))))
         return
     for flag, fn in (("write_mds", write_mds), ("write_litdata", write_litdata),
-                     ("write_grain", write_grain)):
+                     ("write_grain", write_grain), ("write_npy", write_npy)):
         if getattr(args, flag):
             fn(*getattr(args, flag))
             return
@@ -405,7 +463,7 @@ def main() -> None:
     for lib, flag in COPIES.items():
         if lib not in libs:
             continue
-        module = {"litdata": "litdata", "grain": "array_record"}[lib]
+        module = {"litdata": "litdata", "grain": "array_record", "spdl": "spdl"}[lib]
         try:
             __import__(module)
         except ImportError as e:

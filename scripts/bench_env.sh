@@ -9,7 +9,7 @@
 # directories import (found by trying). Idempotent; safe to run again.
 #
 #   bash scripts/bench_env.sh            # then: python benchmarks/vision_benchmark.py
-#   bash scripts/bench_env.sh --peers    # LitData and Grain into .venv (see below)
+#   bash scripts/bench_env.sh --peers    # LitData, Grain and SPDL into .venv (see below)
 #
 # PYTHON picks the interpreter (default python3; it must match the torch wheel,
 # cp311 for the CPU build of torch 2.13). TORCH_SPEC overrides the torch requirement.
@@ -22,14 +22,14 @@ cd "$root"
 # - LitData with --no-deps: its requirements ask for a newer torch (a CUDA build);
 #   `import litdata`, optimize and StreamingDataset need only lightning-utilities
 #   beside what .venv has (found by trying);
-# - Grain (with array_record) as it comes: it changes nothing .venv has.
+# - Grain (with array_record) and SPDL as they come: they change nothing .venv has.
 if [ "${1:-}" = "--peers" ]; then
   py=("$root/.venv/bin/python")
   "${py[@]}" -m pip install -q --disable-pip-version-check --no-deps "litdata==0.2.76" \
     "lightning-utilities==0.15.3"
-  "${py[@]}" -m pip install -q --disable-pip-version-check "grain==0.2.18"
-  "${py[@]}" -c "import litdata, grain, array_record; print('bench_env: ok: litdata',
-litdata.__version__, 'and grain in .venv')"
+  "${py[@]}" -m pip install -q --disable-pip-version-check "grain==0.2.18" "spdl==0.8.0"
+  "${py[@]}" -c "import litdata, grain, array_record, spdl.dataloader; print('bench_env: ok:',
+'litdata', litdata.__version__, ', grain and spdl in .venv')"
   exit 0
 fi
 venv="$root/.venv-bench"
