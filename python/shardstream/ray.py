@@ -416,13 +416,20 @@ class _TaskPool:
         self.refs = []
 
     def stop(self) -> None:
-        """After an error: tasks not done are cancelled (running ones killed) and waited
-        for, so none writes into out_dir after the caller removes what they wrote."""
-        for ref in self.refs:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - already done
-                pass
-        if self.refs:
-            ray.wait(self.refs, num_returns=len(self.refs), timeout=60)
+        """After an error: tasks not done are cancelled and waited for, so none writes into
+        out_dir after the caller removes what they wrote. A plain cancel first (a running
+        task gets KeyboardInterrupt and aborts its writer): Ray 2.60.0's force-kill of a task
+        whose reply is already on its way can crash the driver (a failed check in its task
+        manager, seen in a test run). Only a task still running after 30 s is killed."""
+        pending = self.refs
+        for force in (False, True):
+            if pending:
+                _, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+            for ref in pending:
+                try:
+                    ray.cancel(ref, force=force)
+                except Exception:  # noqa: BLE001 - already done
+                    pass
+            if pending:
+                _, pending = ray.wait(pending, num_returns=len(pending), timeout=30)
         self.refs = []
