@@ -5,7 +5,8 @@
 # `shardstream pack` in every format and compression, and document groups);
 # the image decoding fuzzer, seeded with the test images (every colour mode
 # of JPEG, PNG and WebP, and the bad ones); the field decoders (.npy, raw, labels, text,
-# JSON) and the .idx parser; the manifest parsers; the resume state parsers.
+# JSON) and the .idx parser; the manifest parsers; the resume state parsers; the
+# MDS shard reader, seeded with shards MosaicML Streaming's MDSWriter wrote.
 #
 #   scripts/fuzz.sh [SECONDS]      (default 60, per fuzzer)
 #
@@ -23,7 +24,7 @@ if [[ ! -x "$build/tests/fuzz/tar_reader_fuzz" || ! -f "$build/build.ninja" ]]; 
     -DSHARDSTREAM_BUILD_BENCHMARKS=OFF -DSHARDSTREAM_BUILD_PYTHON=OFF >/dev/null
 fi
 nice cmake --build "$build" -j2 --target tar_reader_fuzz image_decode_fuzz field_decode_fuzz \
-  manifest_fuzz resume_state_fuzz shardstream_cli
+  manifest_fuzz resume_state_fuzz mds_reader_fuzz shardstream_cli
 
 seeds="$build/fuzz-seeds/tar"
 if [[ ! -d "$seeds" ]]; then
@@ -132,3 +133,45 @@ for target in manifest resume_state; do
     -max_total_time="$seconds" -rss_limit_mb=$([[ $target == manifest ]] && echo 4096 || echo 2048) \
     -timeout=10 -max_len=65536 -artifact_prefix="$artifacts" -print_final_stats=1
 done
+
+# MDS shards: the first byte picks the layout (mds_reader_fuzz.cc): 0 tokens,
+# 1 bytes + int, 2 arrays, json, str, jpeg, 3 str_int, pkl, pil, uint8.
+mds_seeds="$build/fuzz-seeds/mds"
+if [[ ! -d "$mds_seeds" ]]; then
+  mkdir -p "$mds_seeds"
+  "$root/.venv/bin/python" - "$mds_seeds" "$root/tests/python" <<'PY'
+import os, shutil, sys, tempfile
+import numpy as np
+from PIL import Image
+sys.path.insert(0, sys.argv[2])
+from streaming_import import import_streaming
+MDSWriter = import_streaming().MDSWriter
+out = sys.argv[1]
+sets = [
+    (0, {"tokens": "ndarray:int32"}, lambda i: {"tokens": np.arange(i + 1, dtype=np.int32)}),
+    (1, {"data": "bytes", "label": "int"}, lambda i: {"data": bytes([i]) * i, "label": i}),
+    (2, {"any": "ndarray", "f": "float32", "fixed": "ndarray:uint16:2,3", "img": "jpeg",
+         "meta": "json", "text": "str"},
+     lambda i: {"any": np.ones((2, i + 1)), "f": i / 2, "fixed": np.zeros((2, 3), np.uint16),
+                "img": Image.new("RGB", (4, 4)), "meta": {"i": i}, "text": "t" * i}),
+    (3, {"n": "str_int", "obj": "pkl", "pix": "pil", "small": "uint8"},
+     lambda i: {"n": i, "obj": [i], "pix": Image.new("L", (2, 3)), "small": i}),
+]
+for which, cols, make in sets:
+    d = tempfile.mkdtemp()
+    with MDSWriter(out=d, columns=cols) as w:
+        for i in range(6):
+            w.write(make(i))
+    with open(os.path.join(d, "shard.00000.mds"), "rb") as f:
+        data = f.read()
+    for first in range(3):  # the second byte's bits pick where reading starts
+        with open(os.path.join(out, f"set{which}-{first}"), "wb") as f:
+            f.write(bytes([which | (first << 2)]) + data)
+    shutil.rmtree(d)
+PY
+fi
+mds_corpus="$build/fuzz-corpus/mds"
+mkdir -p "$mds_corpus"
+"$build/tests/fuzz/mds_reader_fuzz" "$mds_corpus" "$mds_seeds" \
+  -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
+  -artifact_prefix="$artifacts" -print_final_stats=1

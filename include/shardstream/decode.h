@@ -75,6 +75,9 @@ struct FieldSpec {
   // expected shape (checked), or empty to take it from the data. Default: {-1}
   // for kRaw (a 1-D array), empty for kNpy.
   std::vector<int64_t> shape;
+  // kRaw: one element per sample, batched as [B] (a 0-d value); `shape` is
+  // then ignored. Default: false.
+  bool scalar = false;
   // A sample without this field: an error (false), or an empty/zero value
   // (true). Default: false.
   bool optional = false;

@@ -46,7 +46,9 @@ Result<DecodedField> DecodeRaw(std::string_view b, const FieldSpec& spec,
   out.is_tensor = true;
   out.dtype = spec.dtype;
   const size_t elem = DTypeSize(spec.dtype);
-  std::vector<int64_t> shape = spec.shape.empty() ? std::vector<int64_t>{-1} : spec.shape;
+  std::vector<int64_t> shape = spec.scalar          ? std::vector<int64_t>{1}
+                               : spec.shape.empty() ? std::vector<int64_t>{-1}
+                                                    : spec.shape;
   if (shape.size() > static_cast<size_t>(kMaxDims))
     return Status::Config("field '" + spec.name + "': too many dimensions");
   int infer = -1;
@@ -74,7 +76,7 @@ Result<DecodedField> DecodeRaw(std::string_view b, const FieldSpec& spec,
     return FieldError(ctx, 0, "declared shape needs " + std::to_string(known) +
                                   " elements, field has " + std::to_string(n));
   }
-  out.ndim = static_cast<int>(shape.size());
+  out.ndim = spec.scalar ? 0 : static_cast<int>(shape.size());
   for (int i = 0; i < out.ndim; ++i) out.shape[i] = shape[i];
   out.data = b;
   return out;

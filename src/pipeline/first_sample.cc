@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "pipeline/mds_fields.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -31,6 +32,12 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
   for (size_t i = 0; i < manifest.shards.size() && !got; ++i) {
     const ShardEntry& e = manifest.shards[i];
     if (e.nsamples == 0) continue;
+    if (e.extra.count(kMdsLayoutKey)) {
+      // An MDS data set: its columns, no sample needed (their encodings type
+      // them: ResolveMdsFields).
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, MdsColumnsOf(manifest.shards, {i}));
+      return MdsDefaultFields(columns);
+    }
     std::unique_ptr<TarReader> reader;
     if (o.cache != nullptr && o.cache->options().mode != CacheMode::kOff) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, o.cache->Open(ShardRef::FromEntry(e)));

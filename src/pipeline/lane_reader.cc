@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "shardstream/mds.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/url.h"
 
@@ -145,7 +146,7 @@ Result<RandomAccessFile::View> LaneReader::ViewIfMapped(RandomAccessFile* shard)
 
 Status LaneReader::OpenRange(const LaneRange& r, LaneItem* scratch) {
   read_ = 0;
-  if (config_->direct) {
+  if (config_->direct && r.mds.empty()) {
     auto direct = OpenDirect(r);
     if (direct.ok()) {
       direct_ = std::move(*direct);
@@ -167,6 +168,16 @@ void LaneReader::PrefetchNext() {
 
 Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch) {
   int64_t skip = at;
+  MdsLayout mds;
+  if (!r.mds.empty()) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(mds, ParseMdsLayout(r.mds, RedactUrl(r.ref.url)));
+    skip = 0;  // the MDS reader starts at `at` itself (its offsets table says where)
+  }
+  // Samples from a stream of the shard's bytes, whatever its format.
+  auto open = [&](std::unique_ptr<InputStream> stream) -> Result<std::unique_ptr<TarReader>> {
+    if (!r.mds.empty()) return OpenMdsReader(std::move(stream), mds, config_->tar, at);
+    return TarReader::Open(std::move(stream), config_->tar);
+  };
   // Without a cache, the shard of this lane's next range starts arriving
   // now: the lane moving on does not wait at the boundary. (The other lanes
   // see to theirs; with a cache, the cache's prefetch does this.)
@@ -189,9 +200,8 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
       cached_ = shared;
       if (cancelled_) shared->Cancel();  // Cancel() ran before the lane knew the stream
     }
-    SHARDSTREAM_ASSIGN_OR_RETURN(
-        reader_, TarReader::Open(std::make_unique<SharedStream>(std::move(shared)), config_->tar));
-  } else if (at > 0) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::make_unique<SharedStream>(std::move(shared))));
+  } else if (at > 0 && r.mds.empty()) {
     auto opened = TarReader::OpenAt(r.ref.url, at, nullptr, config_->tar);
     if (opened.ok()) {
       reader_ = std::move(*opened);
@@ -218,7 +228,7 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
                         ": the manifest is stale or wrong; check the data set with `shardstream "
                         "verify MANIFEST`, or rebuild the manifest (`shardstream manifest`)",
                     RedactUrl(r.ref.url), 0);
-    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(std::move(stream), config_->tar));
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::move(stream)));
   }
   for (int64_t i = 0; i < skip; ++i) {
     SHARDSTREAM_ASSIGN_OR_RETURN(bool more, reader_->Next(&scratch->sample));

@@ -44,6 +44,8 @@ struct LaneRange {
   // The epoch's shard is part of the file from this sample on (mixed
   // streams): sample ids are file samples minus this.
   int64_t index_offset = 0;
+  // An MDS shard: its layout (FormatMdsLayout); empty for tar.
+  std::string mds;
 };
 
 struct LaneItem {

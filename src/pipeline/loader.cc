@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "pipeline/first_sample.h"
 #include "pipeline/loader_impl.h"
+#include "pipeline/mds_fields.h"
 #include "pipeline/option_checks.h"
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/url.h"
@@ -58,6 +59,14 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     impl->stream_samples.assign(impl->layout.streams().size(), 0);
   }
   SHARDSTREAM_RETURN_IF_ERROR(internal::CheckMemoryBudget(options, impl->manifest));
+  {
+    std::vector<size_t> starts{0};
+    for (const auto& st : impl->layout.streams()) starts.push_back(st.begin);
+    SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns,
+                                 internal::MdsColumnsOf(impl->manifest.shards, starts));
+    SHARDSTREAM_RETURN_IF_ERROR(
+        internal::ResolveMdsFields(impl->mds_columns, &options, &impl->token_decode));
+  }
   auto urls = std::make_shared<std::vector<std::string>>();
   for (const ShardEntry& s : impl->manifest.shards)
     urls->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
@@ -84,6 +93,8 @@ Result<Batch> Loader::next() {
     // No fields named: take every field of the data set's first sample
     // (once; a failure is returned and tried again at the next call).
     SHARDSTREAM_ASSIGN_OR_RETURN(m.opt.fields, internal::FieldsOfFirstSample(m.opt, m.manifest));
+    FieldDecode unused;  // no token field here
+    SHARDSTREAM_RETURN_IF_ERROR(internal::ResolveMdsFields(m.mds_columns, &m.opt, &unused));
     if (m.opt.fields.size() > 64) {
       m.opt.fields.clear();
       return Status::Config("loader: the first sample has more than 64 fields; name the fields");
@@ -107,6 +118,7 @@ Result<Batch> Loader::next() {
     if (!m.missing_indexes && m.recycler && m.opt.cache)
       m.missing_indexes = std::make_shared<internal::MissingIndexes>();
     rc.missing_indexes = m.missing_indexes;
+    rc.token_decode = m.token_decode;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
     std::lock_guard<std::mutex> lock(m.run_mu);
     if (m.cancelled.load()) return Status::Cancelled("loader stopped");

@@ -19,6 +19,7 @@
 #include "pipeline/loader_run.h"
 #include "pipeline/wait_histogram.h"
 #include "plan/epoch_layout.h"
+#include "shardstream/mds.h"
 #include "plan/token_budget.h"
 #include "shardstream/delivery_tracker.h"
 #include "shardstream/loader.h"
@@ -32,6 +33,10 @@ class Loader::Impl {
  public:
   LoaderOptions opt;
   Manifest manifest;
+  // The columns of its MDS shards (none for tar), and how the token field
+  // decodes when it is one (mds_fields.h).
+  std::vector<MdsColumn> mds_columns;
+  FieldDecode token_decode = FieldDecode::kAuto;
   std::shared_ptr<const std::vector<std::string>> urls;
   int64_t epoch = 0;
   ConsumerPlan plan;

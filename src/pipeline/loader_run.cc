@@ -6,6 +6,7 @@
 #include "format/decode_error.h"
 #include "pipeline/wait_histogram.h"
 #include "shardstream/image.h"
+#include "shardstream/mds.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
@@ -85,7 +86,9 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     lr.first = r.first + off;
     lr.end = r.end >= 0 ? r.end + off : r.end;
     lr.index_offset = off;
-    lr.ref = ShardRef::FromEntry((*config_.shards)[static_cast<size_t>(r.shard)]);
+    const ShardEntry& entry = (*config_.shards)[static_cast<size_t>(r.shard)];
+    lr.ref = ShardRef::FromEntry(entry);
+    if (auto mds = entry.extra.find(kMdsLayoutKey); mds != entry.extra.end()) lr.mds = mds->second;
     ranges.push_back(std::move(lr));
   }
   LaneConfig lc;
@@ -105,7 +108,9 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   if (!opt_.tokens.field.empty()) {
     FieldSpec spec;
     spec.name = opt_.tokens.field;
-    if (DecodeForName(spec.name) != FieldDecode::kNpy) {
+    const FieldDecode how =
+        config_.token_decode != FieldDecode::kAuto ? config_.token_decode : DecodeForName(spec.name);
+    if (how != FieldDecode::kNpy) {
       spec.decode = FieldDecode::kRaw;
       spec.dtype = opt_.tokens.input_dtype;
       spec.shape = {-1};

@@ -56,6 +56,9 @@ struct RunConfig {
   std::shared_ptr<DirectRecycler> recycler;
   // Cached shards without a sample index, likewise (null: none kept).
   std::shared_ptr<MissingIndexes> missing_indexes;
+  // How the token field decodes where its name does not say (an MDS column):
+  // kRaw or kNpy; kAuto goes by the name.
+  FieldDecode token_decode = FieldDecode::kAuto;
 };
 
 class LoaderRun {

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "common/log.h"
+#include "shardstream/mds.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -50,9 +51,10 @@ bool MayHaveIndex(const std::string& url) {
 Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const ResolveOptions& o) {
   SHARDSTREAM_ASSIGN_OR_RETURN(std::vector<FileInfo> files, SourceOf(o).List(dir));
   std::vector<ShardEntry> out;
-  std::string manifest;
+  std::string manifest, mds_index;
   for (const FileInfo& f : files) {
     if (!f.is_dir && UrlBasename(f.url) == kWrittenManifestName) manifest = f.url;
+    if (!f.is_dir && IsMdsIndexUrl(f.url)) mds_index = f.url;
     if (f.is_dir || !IsShardUrl(f.url)) continue;
     // The size stays unknown (the index gives it): a listed symlink's size
     // is its own, not its target's.
@@ -60,6 +62,11 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
   }
   std::sort(out.begin(), out.end(),
             [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
+  if (manifest.empty() && out.empty() && !mds_index.empty()) {
+    // A MosaicML Streaming (MDS) data set: its index.json says everything.
+    SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadMdsIndex(mds_index, o.source));
+    return std::move(m.shards);
+  }
   if (!manifest.empty() && out.empty()) {
     // No shards at the top, a manifest that names them: shards in subfolders, as
     // shardstream.ray.ShardSink writes them (part-NNNNN/), read as the manifest says.
@@ -126,9 +133,24 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
                       "the prefix",
                   RedactUrl(input));
   }
+  if (IsMdsIndexUrl(input)) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadMdsIndex(input, o.source));
+    out->insert(out->end(), m.shards.begin(), m.shards.end());
+    return Status::OK();
+  }
   if (IsShardUrl(input) || scheme == "pipe") {
     out->push_back(EntryFor(input));
     return Status::OK();
+  }
+  if ((scheme == "http" || scheme == "https") && input.back() == '/') {
+    // A folder over http, which lists nothing: an MDS data set names its
+    // shards in its index.json.
+    auto mds = ReadMdsIndex(JoinUrl(input, "index.json"), o.source);
+    if (mds.ok()) {
+      out->insert(out->end(), mds->shards.begin(), mds->shards.end());
+      return Status::OK();
+    }
+    if (mds.status().code() != StatusCode::kNotFound) return mds.status();
   }
   if (!IsManifestUrl(input)) {
     // A directory (or a prefix of an object store), or a manifest without
@@ -140,6 +162,7 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
         out->insert(out->end(), listed->begin(), listed->end());
         return Status::OK();
       }
+
       // A listing that failed says why (permission, credentials), unless
       // there is simply nothing at that name.
       if (!listed.ok() && (st.ok() || listed.status().code() != StatusCode::kNotFound))

@@ -2,11 +2,52 @@
 
 #include <algorithm>
 
+#include "shardstream/decode.h"
 #include "shardstream/dtype.h"
+#include "shardstream/mds.h"
 #include "shardstream/url.h"
 #include "tar/index_lookup.h"
 
 namespace shardstream::internal {
+namespace {
+
+// An MDS shard has no sample index: its documents' token counts come from
+// reading it once, for local shards (a remote set would be downloaded whole
+// before the first batch).
+Result<std::vector<int64_t>> MdsTokenPrefix(const std::string& url, const std::string& layout_json,
+                                            const TokenOptions& tokens, Source* source) {
+  if (LocalPath(url).empty())
+    return Status(StatusCode::kConfig,
+                  "loader: equal batches need every document's token count; the MDS shard " +
+                      RedactUrl(url) + " is remote and MDS sets carry no counts: set "
+                      "tokens.equal_batches=false, or copy the set to local disk",
+                  RedactUrl(url));
+  SHARDSTREAM_ASSIGN_OR_RETURN(MdsLayout layout, ParseMdsLayout(layout_json, url));
+  Source* src = source ? source : DefaultSource().get();
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto in, src->OpenInputStream(url, 0));
+  TarReaderOptions o;
+  o.source = src;
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto reader, OpenMdsReader(std::move(in), layout, o));
+  std::vector<int64_t> pre{0};
+  Sample s;
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(bool more, reader->Next(&s));
+    if (!more) break;
+    int64_t n = 0;
+    if (const Field* f = s.Find(tokens.field)) {
+      size_t payload = 0;
+      auto npy = f->data.size() >= 6 && f->data.compare(0, 6, "\x93NUMPY") == 0
+                     ? DecodeNpyHeader(f->data, f->data.size(), FieldContext{}, &payload)
+                     : Result<DecodedField>(Status::NotFound(""));
+      n = npy.ok() ? npy->elements()
+                   : static_cast<int64_t>(f->data.size() / DTypeSize(tokens.input_dtype));
+    }
+    pre.push_back(pre.back() + n);
+  }
+  return pre;
+}
+
+}  // namespace
 
 Status TokenBudget::Load(const Manifest& manifest, const TokenOptions& tokens, Source* source,
                          const std::string& index_dir) {
@@ -15,6 +56,10 @@ Status TokenBudget::Load(const Manifest& manifest, const TokenOptions& tokens, S
   for (size_t i = 0; i < out.size(); ++i) {
     const ShardEntry& e = manifest.shards[i];
     const std::string& url = e.resolved.empty() ? e.url : e.resolved;
+    if (auto mds = e.extra.find(kMdsLayoutKey); mds != e.extra.end()) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(out[i], MdsTokenPrefix(url, mds->second, tokens, source));
+      continue;
+    }
     auto found = LoadOrBuildSampleIndex(url, source, index_dir, /*build=*/true,
                                         /*need_fields=*/true);
     const Status why = !found.ok() ? found.status() : found->missing;

@@ -10,7 +10,8 @@ A recipe is a fenced block right after an HTML comment:
                                         environment: EKS web identity, EC2 instance metadata, ECS
                                         container credentials (loopback servers minting moto's
                                         temporary credentials); the log must name that source
-The folder starts with raw/ (files <key>.<field>) and captions.jsonl; s3://my-bucket
+The folder starts with raw/ (files <key>.<field>), captions.jsonl and mds-set/ (an MDS set
+written by MosaicML Streaming's MDSWriter); s3://my-bucket
 is moto's S3 (signing enforced), with shards/captions/ uploaded before the
 first recipe that reads it.
 """
@@ -106,6 +107,13 @@ def make_inputs(work):
     with open(os.path.join(work, "captions.jsonl"), "w") as f:
         for i in range(SAMPLES):
             f.write(json.dumps({"text": f"caption number {i}", "label": i % 10}) + "\n")
+    # An MDS set as MosaicML Streaming writes it: 300 documents of 101..300 tokens.
+    import numpy as np
+    from streaming_import import import_streaming
+    with import_streaming().MDSWriter(out=os.path.join(work, "mds-set"), compression="zstd",
+                                      columns={"tokens": "ndarray:int32"}, size_limit=1 << 16) as w:
+        for i in range(300):
+            w.write({"tokens": np.full(101 + i % 200, i % 1000, dtype=np.int32)})
 
 
 def test_cookbook_recipes_run_as_written(tmp_path, s3_env):

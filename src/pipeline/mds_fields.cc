@@ -1,0 +1,94 @@
+#include "pipeline/mds_fields.h"
+
+#include "common/log.h"
+
+namespace shardstream::internal {
+namespace {
+
+const MdsColumn* FindColumn(const std::vector<MdsColumn>& columns, std::string_view name) {
+  for (const MdsColumn& c : columns)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards,
+                                            const std::vector<size_t>& starts) {
+  std::vector<MdsColumn> out;
+  for (size_t begin : starts) {
+    for (size_t i = begin; i < shards.size(); ++i) {
+      auto it = shards[i].extra.find(kMdsLayoutKey);
+      if (it == shards[i].extra.end()) continue;
+      const ShardEntry& e = shards[i];
+      SHARDSTREAM_ASSIGN_OR_RETURN(MdsLayout l,
+                                   ParseMdsLayout(it->second, e.resolved.empty() ? e.url : e.resolved));
+      for (MdsColumn& c : l.columns)
+        if (FindColumn(out, c.name) == nullptr) out.push_back(std::move(c));
+      break;
+    }
+  }
+  return out;
+}
+
+Status ResolveMdsFields(const std::vector<MdsColumn>& columns, LoaderOptions* opt,
+                        FieldDecode* token_decode) {
+  *token_decode = FieldDecode::kAuto;
+  if (columns.empty()) return Status::OK();
+  for (FieldSpec& f : opt->fields) {
+    if (f.decode != FieldDecode::kAuto) continue;
+    std::string_view names = f.name;
+    while (true) {
+      const size_t semi = names.find(';');
+      if (const MdsColumn* c = FindColumn(columns, names.substr(0, semi))) {
+        auto spec = MdsFieldSpec(*c, "the data set");
+        if (!spec.ok()) return spec.status().WithContext("loader: field '" + f.name + "'");
+        f.decode = spec->decode;
+        f.dtype = spec->dtype;
+        f.shape = spec->shape;
+        f.scalar = spec->scalar;
+        if (f.ragged == Ragged::kError) f.ragged = spec->ragged;
+        break;
+      }
+      if (semi == std::string_view::npos) break;
+      names.remove_prefix(semi + 1);
+    }
+  }
+  if (const MdsColumn* c = FindColumn(columns, opt->tokens.field)) {
+    auto spec = MdsFieldSpec(*c, "the data set");
+    if (!spec.ok()) return spec.status().WithContext("loader: tokens.field");
+    const bool integer = spec->dtype != DType::kFloat16 && spec->dtype != DType::kBFloat16 &&
+                         spec->dtype != DType::kFloat32 && spec->dtype != DType::kFloat64 &&
+                         spec->dtype != DType::kBool;
+    if (spec->decode == FieldDecode::kRaw && !spec->scalar && integer) {
+      opt->tokens.input_dtype = spec->dtype;
+      *token_decode = FieldDecode::kRaw;
+    } else if (spec->decode == FieldDecode::kNpy && c->encoding.rfind("ndarray", 0) == 0) {
+      *token_decode = FieldDecode::kNpy;
+    } else if (c->encoding == "bytes") {
+      *token_decode = FieldDecode::kRaw;  // token ids as raw bytes of tokens.input_dtype
+    } else {
+      return Status::Config("loader: tokens.field '" + c->name + "' is an MDS column of encoding " +
+                            c->encoding + "; token batches need an integer ndarray column, or bytes of tokens.input_dtype");
+    }
+  }
+  return Status::OK();
+}
+
+std::vector<FieldSpec> MdsDefaultFields(const std::vector<MdsColumn>& columns) {
+  std::vector<FieldSpec> out;
+  for (const MdsColumn& c : columns) {
+    if (c.encoding == "pkl") {
+      Log().warn("loader: no fields given; MDS column '{}' is pickled (pkl) and is not batched: "
+                 "shardstream does not unpickle; name it with decode \"bytes\" for its raw bytes",
+                 c.name);
+      continue;
+    }
+    FieldSpec spec;
+    spec.name = c.name;
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+}  // namespace shardstream::internal

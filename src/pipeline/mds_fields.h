@@ -1,0 +1,33 @@
+// What the loader's fields mean on MDS shards: a field named after a column
+// and left to FieldDecode::kAuto decodes as the column's encoding says
+// (MdsFieldSpec); with no fields named, the columns are the fields.
+#ifndef SHARDSTREAM_PIPELINE_MDS_FIELDS_H_
+#define SHARDSTREAM_PIPELINE_MDS_FIELDS_H_
+
+#include <vector>
+
+#include "shardstream/loader.h"
+#include "shardstream/mds.h"
+
+namespace shardstream::internal {
+
+// The columns of the MDS shards among `shards`, read from the first MDS
+// shard at or after each of `starts` (a data set's shards share columns:
+// ReadMdsIndex checks it). Empty when there are none.
+Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards,
+                                            const std::vector<size_t>& starts);
+
+// Rewrites opt->fields (kAuto entries naming a column) and, for a token
+// field that is a column, opt->tokens.input_dtype and *token_decode (kRaw or
+// kNpy; kAuto when the token field is no column). kConfig for a pickled
+// column, or a token column that holds no integer array.
+Status ResolveMdsFields(const std::vector<MdsColumn>& columns, LoaderOptions* opt,
+                        FieldDecode* token_decode);
+
+// The fields of a data set with none named: every column but pickled ones
+// (a warning names them).
+std::vector<FieldSpec> MdsDefaultFields(const std::vector<MdsColumn>& columns);
+
+}  // namespace shardstream::internal
+
+#endif  // SHARDSTREAM_PIPELINE_MDS_FIELDS_H_
