@@ -116,7 +116,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--samples", type=int, default=200000)
-    ap.add_argument("--dir", default=os.path.join(HERE, "data", "mds"))
+    ap.add_argument("--dir", default="/tmp/ss-bench-mds", help="data directory [/tmp/ss-bench-mds]")
     ap.add_argument("--child")
     a = ap.parse_args()
     if a.child:
