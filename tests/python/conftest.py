@@ -98,6 +98,23 @@ def moto_s3_server():
         yield endpoint, dict(zip(out[::2], out[1::2]))
 
 
+@pytest.fixture
+def moto_s3(monkeypatch):
+    """moto's S3 server with authentication enforced, a bucket "ckpt", and the
+    AWS_* environment pointing at it. Yields a boto3 client."""
+    import boto3
+    with moto_s3_server() as (endpoint, keys):
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["access_key"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["secret_key"])
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=keys["access_key"],
+                          aws_secret_access_key=keys["secret_key"])
+        s3.create_bucket(Bucket="ckpt")
+        yield s3
+
+
 def free_port():
     """A TCP port free on 127.0.0.1 now, released again: only for torch.distributed's
     rendezvous (MASTER_PORT, torchrun's --rdzv-endpoint), whose host rank binds the port it is

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import shardstream
-from conftest import moto_s3_server
 from shardstream.torch import ShardDataset
 
 
@@ -103,21 +102,6 @@ def test_remote_rotation_follows_keep_last(tmp_path):
     assert len([p for p in os.listdir(remote2) if p.startswith("ckpt-")]) == 3
 
 
-@pytest.fixture
-def moto_s3(monkeypatch):
-    """moto's S3 server with authentication enforced, a bucket "ckpt", and the
-    AWS_* environment pointing at it."""
-    import boto3
-    with moto_s3_server() as (endpoint, keys):
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["access_key"])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["secret_key"])
-        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
-        monkeypatch.setenv("AWS_REGION", "us-east-1")
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id=keys["access_key"],
-                          aws_secret_access_key=keys["secret_key"])
-        s3.create_bucket(Bucket="ckpt")
-        yield s3
 
 
 def test_s3_upload_rotation_and_restore_from_the_remote_alone(tmp_path, moto_s3):

@@ -18,7 +18,6 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 import shardstream
 from shardstream.torch import ShardDataset, passthrough, state_dict_from_stateful_dataloader
-from conftest import moto_s3_server
 from streaming_import import import_streaming
 
 N = 96
@@ -217,28 +216,20 @@ def test_mixed_with_a_tar_stream(tmp_path, mds):
     assert sorted(got) == [100 + i for i in range(30)] + [7000 + i for i in range(40)]
 
 
-def test_from_s3_through_the_cache(mds, tmp_path, monkeypatch):
+def test_from_s3_through_the_cache(mds, tmp_path, moto_s3):
     """The set uploaded to (moto's) S3, signing enforced: the prefix is listed, index.json read,
     the shards fetched into the cache; a second epoch reads the cache alone."""
-    import boto3
-    with moto_s3_server() as (endpoint, keys):
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["access_key"])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["secret_key"])
-        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
-        monkeypatch.setenv("AWS_REGION", "us-east-1")
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id=keys["access_key"], aws_secret_access_key=keys["secret_key"])
-        s3.create_bucket(Bucket="data")
-        for name in os.listdir(mds):
-            s3.upload_file(os.path.join(mds, name), "data", f"mds-set/{name}")
-        ds = ShardDataset("s3://data/mds-set/", fields=["label", "text"], batch_size=8, seed=1,
-                          cache_dir=str(tmp_path / "cache"), cache_limit="1GB")
-        for epoch in range(2):
-            ds.set_epoch(epoch)
-            got = [int(x) for b in ds for x in b["label"]]
-            assert sorted(got) == [i * 1000 for i in range(N)]
-        st = ds.stats()
-        assert st["cache_hits"] > 0, st
+    moto_s3.create_bucket(Bucket="data")
+    for name in os.listdir(mds):
+        moto_s3.upload_file(os.path.join(mds, name), "data", f"mds-set/{name}")
+    ds = ShardDataset("s3://data/mds-set/", fields=["label", "text"], batch_size=8, seed=1,
+                      cache_dir=str(tmp_path / "cache"), cache_limit="1GB")
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        got = [int(x) for b in ds for x in b["label"]]
+        assert sorted(got) == [i * 1000 for i in range(N)]
+    st = ds.stats()
+    assert st["cache_hits"] > 0, st
 
 
 # -- bad sets -------------------------------------------------------------------------------------
