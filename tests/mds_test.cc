@@ -176,6 +176,13 @@ TEST(MdsTest, BadIndexesAreConfigErrorsNamingIt) {
   nlohmann::json size = doc;
   size["shards"][0]["column_sizes"][0] = 4;
   expect(size, "column 'label' (int): size 4, the encoding's is 8");
+  nlohmann::json huge = doc;  // a shape whose byte count would overflow
+  huge["shards"][0]["column_encodings"][0] = "ndarray:uint8:4,4611686018427387905";
+  huge["shards"][0]["column_sizes"][0] = 4;
+  expect(huge, "column 'label': encoding 'ndarray:uint8:4,4611686018427387905': bad shape");
+  nlohmann::json count = doc;
+  count["shards"][0]["samples"] = int64_t{1} << 40;
+  expect(count, "shard 0: \"samples\" 1099511627776");
   nlohmann::json comp = doc;
   comp["shards"][0]["compression"] = "bz2";
   expect(comp, "compression \"bz2\"");

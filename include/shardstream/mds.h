@@ -59,6 +59,7 @@ struct MdsLayout {
   std::string compression;  // "" or "zstd" (a level suffix is dropped)
   int64_t samples = -1;     // what index.json says
   int64_t raw_bytes = -1;   // the uncompressed shard's size; -1 unknown
+  std::string name;         // its path relative to index.json (keys are made of it)
 };
 
 // The ShardEntry::extra key of an MDS shard's layout.
@@ -85,8 +86,9 @@ SHARDSTREAM_EXPORT Result<FieldSpec> MdsFieldSpec(const MdsColumn& column, const
 
 // Reads an MDS shard from `in` (compressed or not: the bytes say), starting
 // at sample `first` (the samples before it are passed over unparsed).
-// Samples are keyed "<shard name>/<index, 9 digits>". Errors and policies as
-// TarReader's; kCorrupt for a header that disagrees with `layout`, offsets
+// Samples are keyed "<shard name>/<index, 9 digits>" (the name without its
+// .mds/.mds.zstd, as index.json gives it). The reader's index() stays empty
+// (the offsets table is the index). Errors and policies as TarReader's; kCorrupt for a header that disagrees with `layout`, offsets
 // out of order, a shard shorter than its offsets say, sizes that overrun a
 // sample.
 SHARDSTREAM_EXPORT Result<std::unique_ptr<TarReader>> OpenMdsReader(

@@ -60,7 +60,8 @@ Result<DecodedField> DecodeRaw(std::string_view b, const FieldSpec& spec,
     } else if (shape[i] < 0) {
       return Status::Config("field '" + spec.name + "': negative dimension");
     } else {
-      known *= static_cast<uint64_t>(shape[i]);
+      if (__builtin_mul_overflow(known, static_cast<uint64_t>(shape[i]), &known))
+        return Status::Config("field '" + spec.name + "': declared shape too large");
     }
   }
   if (b.size() % elem != 0)

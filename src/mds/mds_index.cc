@@ -73,12 +73,19 @@ Result<MdsEncoding> ParseMdsEncoding(const std::string& encoding) {
       const std::string d = dims.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
       char* end = nullptr;
       const long long v = std::strtoll(d.c_str(), &end, 10);
-      if (d.empty() || *end != '\0' || v < 1 || e.shape.size() >= static_cast<size_t>(kMaxDims))
+      if (d.empty() || *end != '\0' || v < 1 || v > (1LL << 40) ||
+          e.shape.size() >= static_cast<size_t>(kMaxDims))
         return Status::Config("encoding '" + encoding + "': bad shape");
       e.shape.push_back(v);
       if (comma == std::string::npos) break;
       at = comma + 1;
     }
+    // Bounded, so sizes computed from it cannot overflow: a value of more than
+    // 1 TiB is no sample.
+    uint64_t bytes = DTypeSize(e.dtype);
+    for (int64_t d : e.shape)
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) || bytes > (uint64_t{1} << 40))
+        return Status::Config("encoding '" + encoding + "': a shape of more than 1 TiB");
     e.fixed_shape = true;
     return e;
   }
@@ -121,6 +128,7 @@ std::string FormatMdsLayout(const MdsLayout& layout) {
     cols.push_back({{"name", c.name}, {"encoding", c.encoding},
                     {"size", c.size < 0 ? json(nullptr) : json(c.size)}});
   json doc = {{"columns", cols}, {"samples", layout.samples}, {"raw_bytes", layout.raw_bytes}};
+  if (!layout.name.empty()) doc["name"] = layout.name;
   if (!layout.compression.empty()) doc["compression"] = layout.compression;
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -139,6 +147,7 @@ Result<MdsLayout> ParseMdsLayout(std::string_view text, const std::string& url) 
     l.samples = doc.value("samples", int64_t{-1});
     l.raw_bytes = doc.value("raw_bytes", int64_t{-1});
     l.compression = doc.value("compression", std::string());
+    l.name = doc.value("name", std::string());
   } catch (const json::exception& e) {
     return Status(StatusCode::kConfig,
                   "shard " + RedactUrl(url) + ": its MDS layout in the manifest cannot be read: " +
@@ -263,7 +272,10 @@ Result<Manifest> ReadMdsIndex(const std::string& index_url, Source* source) {
         return IndexError(index_url, where + ": compression \"" + compression + "\" but no zip_data");
       l.samples = s.at("samples").get<int64_t>();
       l.raw_bytes = raw.value("bytes", int64_t{-1});
-      if (l.samples < 0) return IndexError(index_url, where + ": negative \"samples\"");
+      // An MDS shard's offsets are u32: it cannot hold more samples than this.
+      if (l.samples < 0 || l.samples > (int64_t{1} << 30))
+        return IndexError(index_url, where + ": \"samples\" " + std::to_string(l.samples) +
+                                         " (an MDS shard holds 0 to 2^30)");
       ShardEntry e;
       e.url = file.at("basename").get<std::string>();
       e.resolved = JoinUrl(dir, e.url);
@@ -277,6 +289,7 @@ Result<Manifest> ReadMdsIndex(const std::string& index_url, Source* source) {
         return IndexError(index_url, where + " (" + e.url +
                                          ") has other columns than shard 0: a data set's shards "
                                          "must share their columns");
+      l.name = e.url;
       e.extra[kMdsLayoutKey] = FormatMdsLayout(l);
       m.shards.push_back(std::move(e));
     } catch (const json::exception& e) {

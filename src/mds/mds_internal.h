@@ -28,7 +28,7 @@ inline int64_t MdsFixedSize(const MdsEncoding& e) {
   if (e.kind == MdsEncoding::kScalar) return static_cast<int64_t>(DTypeSize(e.dtype));
   if (e.kind == MdsEncoding::kArray && e.fixed_dtype && e.fixed_shape) {
     int64_t n = static_cast<int64_t>(DTypeSize(e.dtype));
-    for (int64_t d : e.shape) n *= d;
+    for (int64_t d : e.shape) n *= d;  // ParseMdsEncoding bounds the product
     return n;
   }
   return -1;

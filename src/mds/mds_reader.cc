@@ -24,8 +24,13 @@ uint32_t LoadU32(const char* p) {
   return v;
 }
 
-std::string ShardStem(const std::string& url) {
-  std::string base = UrlBasename(url.substr(0, url.find('?')));
+// The shard's name without its extension: its path relative to index.json
+// (a merged index names shards in subfolders), or the url's last component.
+std::string ShardStem(const std::string& name) {
+  std::string base = name.find("://") == std::string::npos && name.find('?') == std::string::npos &&
+                             name[0] != '/'
+                         ? name
+                         : UrlBasename(name.substr(0, name.find('?')));
   for (const char* ext : {".mds.zstd", ".mds.zst", ".mds"}) {
     const size_t n = std::strlen(ext);
     if (base.size() > n && base.compare(base.size() - n, n, ext) == 0)
@@ -37,9 +42,10 @@ std::string ShardStem(const std::string& url) {
 class MdsReader final : public TarReader {
  public:
   MdsReader(std::string url, const TarReaderOptions& options, ShardCompression compression,
-            std::vector<MdsColumn> columns, std::vector<MdsEncoding> encodings)
+            std::vector<MdsColumn> columns, std::vector<MdsEncoding> encodings,
+            const std::string& name)
       : url_(std::move(url)),
-        stem_(ShardStem(url_)),
+        stem_(ShardStem(name.empty() ? url_ : name)),
         options_(options),
         compression_(compression),
         columns_(std::move(columns)),
@@ -103,7 +109,10 @@ class MdsReader final : public TarReader {
                     url_);
     next_ = static_cast<uint64_t>(first);
     SHARDSTREAM_ASSIGN_OR_RETURN(got, chunks_->Skip(offsets_[next_] - chunks_->offset()));
-    if (!got) return Truncated(next_);
+    if (!got)
+      return Corrupt(chunks_->offset(), "the shard ends before sample " + std::to_string(next_) +
+                                            " (byte " + std::to_string(offsets_[next_]) +
+                                            "): shorter than its index says");
     index_.shard_size = end;
     return Status::OK();
   }
@@ -161,7 +170,10 @@ class MdsReader final : public TarReader {
   }
   Result<bool> Fatal(Status st) {
     done_ = true;
-    if (options_.policy == ErrorPolicy::kRaise) {
+    // Only the shard's own defects are skipped: an I/O error or a cancel is
+    // not the shard's fault, and is always reported (as TarReader does).
+    if (options_.policy == ErrorPolicy::kRaise ||
+        (st.code() != StatusCode::kCorrupt && st.code() != StatusCode::kChecksum)) {
       error_ = st;
       return st;
     }
@@ -253,10 +265,8 @@ class MdsReader final : public TarReader {
       }
     }
     uint64_t want = DTypeSize(dtype);
-    for (int64_t d : shape) {
-      want *= static_cast<uint64_t>(d);
-      if (want > b.size()) break;
-    }
+    for (int64_t d : shape)
+      if (__builtin_mul_overflow(want, static_cast<uint64_t>(d), &want)) want = UINT64_MAX;
     if (want != b.size() - at)
       return bad(at, std::to_string(b.size() - at) + " value bytes, its dtype and shape need " +
                          std::to_string(want));
@@ -279,7 +289,9 @@ class MdsReader final : public TarReader {
     const uint64_t c = mode == "L" ? 1 : mode == "RGB" ? 3 : mode == "RGBA" ? 4 : 0;
     if (c == 0) return bad(12, "PIL mode '" + mode + "' (read are L, RGB and RGBA)");
     const std::string_view raw = b.substr(12 + ml);
-    if (w * h * c != raw.size())
+    uint64_t pixels = 0;
+    if (__builtin_mul_overflow(w, h, &pixels) || __builtin_mul_overflow(pixels, c, &pixels) ||
+        pixels != raw.size())
       return bad(12 + ml, std::to_string(raw.size()) + " pixel bytes for " + std::to_string(w) + "x" +
                               std::to_string(h) + " " + mode);
     std::vector<int64_t> shape{static_cast<int64_t>(h), static_cast<int64_t>(w)};
@@ -330,7 +342,7 @@ Result<std::unique_ptr<TarReader>> OpenMdsReader(std::unique_ptr<InputStream> in
   SHARDSTREAM_ASSIGN_OR_RETURN(auto bytes, internal::OpenByteStream(std::move(sniffed), compression,
                                                                     options.chunk_size));
   auto reader = std::make_unique<MdsReader>(url, options, compression, layout.columns,
-                                            std::move(encodings));
+                                            std::move(encodings), layout.name);
   SHARDSTREAM_RETURN_IF_ERROR(reader->Start(std::move(bytes), size, layout, first));
   return std::unique_ptr<TarReader>(std::move(reader));
 }

@@ -35,7 +35,7 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
     if (e.extra.count(kMdsLayoutKey)) {
       // An MDS data set: its columns, no sample needed (their encodings type
       // them: ResolveMdsFields).
-      SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, MdsColumnsOf(manifest.shards, {i}));
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, MdsColumnsOf(manifest.shards));
       return MdsDefaultFields(columns);
     }
     std::unique_ptr<TarReader> reader;

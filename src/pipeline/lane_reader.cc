@@ -225,8 +225,12 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
       return Status(StatusCode::kChecksum,
                     "shard " + RedactUrl(r.ref.url) + " has " + std::to_string(*stream->size()) +
                         " bytes, its manifest entry says " + std::to_string(r.ref.size) +
-                        ": the manifest is stale or wrong; check the data set with `shardstream "
-                        "verify MANIFEST`, or rebuild the manifest (`shardstream manifest`)",
+                        (r.mds.empty()
+                             ? ": the manifest is stale or wrong; check the data set with "
+                               "`shardstream verify MANIFEST`, or rebuild the manifest "
+                               "(`shardstream manifest`)"
+                             : " (from the MDS set's index.json): the shard changed after "
+                               "index.json was written, or is damaged"),
                     RedactUrl(r.ref.url), 0);
     SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::move(stream)));
   }
@@ -308,6 +312,9 @@ bool LaneReader::Produce(LaneItem* item) {
   item->direct.shard.reset();
   auto more = reader_->Next(&item->sample);
   if (!more.ok()) return fail(more.status());
+  // An MDS reader passes over a skipped sample (skip_sample) and would go on
+  // into the next range: the range ends by sample number.
+  if (*more && !r.mds.empty() && r.end >= 0 && item->sample.index >= r.end) return finish_range();
   if (!*more) {
     if (r.end >= 0 && config_->tar.policy == ErrorPolicy::kRaise) {
       return fail(Status(StatusCode::kCorrupt,

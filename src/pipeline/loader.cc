@@ -59,14 +59,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     impl->stream_samples.assign(impl->layout.streams().size(), 0);
   }
   SHARDSTREAM_RETURN_IF_ERROR(internal::CheckMemoryBudget(options, impl->manifest));
-  {
-    std::vector<size_t> starts{0};
-    for (const auto& st : impl->layout.streams()) starts.push_back(st.begin);
-    SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns,
-                                 internal::MdsColumnsOf(impl->manifest.shards, starts));
-    SHARDSTREAM_RETURN_IF_ERROR(
-        internal::ResolveMdsFields(impl->mds_columns, &options, &impl->token_decode));
-  }
+  SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns, internal::MdsColumnsOf(impl->manifest.shards));
+  SHARDSTREAM_RETURN_IF_ERROR(
+      internal::ResolveMdsFields(impl->mds_columns, &options, &impl->token_decode));
   auto urls = std::make_shared<std::vector<std::string>>();
   for (const ShardEntry& s : impl->manifest.shards)
     urls->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));

@@ -1,6 +1,7 @@
 #include "pipeline/mds_fields.h"
 
 #include "common/log.h"
+#include "shardstream/url.h"
 
 namespace shardstream::internal {
 namespace {
@@ -13,19 +14,28 @@ const MdsColumn* FindColumn(const std::vector<MdsColumn>& columns, std::string_v
 
 }  // namespace
 
-Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards,
-                                            const std::vector<size_t>& starts) {
+Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards) {
   std::vector<MdsColumn> out;
-  for (size_t begin : starts) {
-    for (size_t i = begin; i < shards.size(); ++i) {
-      auto it = shards[i].extra.find(kMdsLayoutKey);
-      if (it == shards[i].extra.end()) continue;
-      const ShardEntry& e = shards[i];
-      SHARDSTREAM_ASSIGN_OR_RETURN(MdsLayout l,
-                                   ParseMdsLayout(it->second, e.resolved.empty() ? e.url : e.resolved));
-      for (MdsColumn& c : l.columns)
-        if (FindColumn(out, c.name) == nullptr) out.push_back(std::move(c));
-      break;
+  std::string last;  // entries of one index share columns: parse each new text once
+  for (const ShardEntry& e : shards) {
+    auto it = e.extra.find(kMdsLayoutKey);
+    if (it == e.extra.end() || it->second == last) continue;
+    last = it->second;
+    const std::string& url = e.resolved.empty() ? e.url : e.resolved;
+    SHARDSTREAM_ASSIGN_OR_RETURN(MdsLayout l, ParseMdsLayout(it->second, url));
+    for (MdsColumn& c : l.columns) {
+      const MdsColumn* seen = FindColumn(out, c.name);
+      if (seen == nullptr) {
+        out.push_back(std::move(c));
+      } else if (seen->encoding != c.encoding) {
+        // One field, two meanings: decoded by the first, the other's values
+        // would be wrong without a word.
+        return Status(StatusCode::kConfig,
+                      "loader: MDS column '" + c.name + "' is " + seen->encoding +
+                          " in one data set and " + c.encoding + " in another (" + RedactUrl(url) +
+                          "); a field must decode alike in every stream",
+                      RedactUrl(url));
+      }
     }
   }
   return out;

@@ -11,11 +11,9 @@
 
 namespace shardstream::internal {
 
-// The columns of the MDS shards among `shards`, read from the first MDS
-// shard at or after each of `starts` (a data set's shards share columns:
-// ReadMdsIndex checks it). Empty when there are none.
-Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards,
-                                            const std::vector<size_t>& starts);
+// The columns of the MDS shards among `shards` (none for tar). kConfig for a
+// column name with two encodings (two MDS sets mixed or listed together).
+Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards);
 
 // Rewrites opt->fields (kAuto entries naming a column) and, for a token
 // field that is a column, opt->tokens.input_dtype and *token_decode (kRaw or

@@ -232,6 +232,16 @@ def test_from_s3_through_the_cache(mds, tmp_path, moto_s3):
     assert st["cache_hits"] > 0, st
 
 
+def test_a_column_with_two_encodings_in_a_mix_is_refused(tmp_path):
+    a = write_mds(tmp_path / "a", None, n=4, columns={"tokens": "ndarray:int32"},
+                  make=lambda i: {"tokens": np.arange(3, dtype=np.int32)})
+    b = write_mds(tmp_path / "b", None, n=4, columns={"tokens": "ndarray:uint16"},
+                  make=lambda i: {"tokens": np.arange(3, dtype=np.uint16)})
+    with pytest.raises(shardstream.ConfigError, match=r"column 'tokens' is ndarray:int32 in one data set "
+                                                      r"and ndarray:uint16 in another"):
+        next(iter(ShardDataset(streams=[{"inputs": a}, {"inputs": b}], fields=["tokens"])))
+
+
 # -- bad sets -------------------------------------------------------------------------------------
 
 @pytest.fixture
