@@ -253,6 +253,22 @@ TEST(MdsTest, ShortShardAndBadSizesAreCorruptNamingShardSampleColumn) {
   EXPECT_EQ((*reader)->stats().skipped_samples, 1u);
 }
 
+TEST(MdsTest, VerifyReadsEverySampleAgainstTheIndex) {
+  TempDir dir;
+  WriteSet(dir, true);
+  std::string out;
+  EXPECT_EQ(testing::RunCommand(testing::CliPath() + " verify " + dir.path() + " --samples", &out), 0)
+      << out;
+  EXPECT_NE(out.find("ok   shard.00001.mds.zstd"), std::string::npos) << out;
+  std::string bytes = testing::ReadFile(dir.Join("shard.00000.mds"));
+  const uint32_t at = 4 + 4 * 6 + static_cast<uint32_t>(kConfigText.size());  // sample 0
+  bytes.replace(at, 4, U32(1000));
+  WriteFile(dir.Join("shard.00000.mds"), bytes);
+  EXPECT_NE(testing::RunCommand(testing::CliPath() + " verify " + dir.Join("index.json") + " --samples", &out), 0);
+  EXPECT_NE(out.find("BAD  shard.00000.mds"), std::string::npos) << out;
+  EXPECT_NE(out.find("sample 0, column 'text'"), std::string::npos) << out;
+}
+
 TEST(MdsTest, OpensAtASampleAndPickleIsRefused) {
   TempDir dir;
   WriteSet(dir, true);

@@ -1,11 +1,13 @@
 // shardstream verify MANIFEST: every shard's size and checksum (and with
 // --samples its sample count) against the manifest, in parallel. Exit 1 if
-// any shard is bad.
+// any shard is bad. An MDS set (its folder or index.json) is checked against
+// its index.json: sizes, and with --samples every sample read.
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "shardstream/manifest.h"
+#include "shardstream/mds.h"
 #include "shardstream/source.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -45,7 +47,25 @@ Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
     return {false, "size " + std::to_string(d->size) + " != manifest " + std::to_string(e.size)};
   if (!e.checksum.empty() && d->checksum != e.checksum)
     return {false, "checksum " + d->checksum + " != manifest " + e.checksum};
-  if (count_samples) {
+  if (count_samples && e.extra.count(kMdsLayoutKey)) {
+    // An MDS shard: every sample read and split into its columns.
+    auto layout = ParseMdsLayout(e.extra.at(kMdsLayoutKey), e.resolved);
+    if (!layout.ok()) return {false, layout.status().ToString()};
+    auto in = DefaultSource()->OpenInputStream(e.resolved, 0);
+    if (!in.ok()) return {false, in.status().ToString()};
+    auto reader = OpenMdsReader(std::move(*in), *layout);
+    if (!reader.ok()) return {false, reader.status().ToString()};
+    Sample s;
+    int64_t n = 0;
+    while (true) {
+      auto more = (*reader)->Next(&s);
+      if (!more.ok()) return {false, more.status().ToString()};
+      if (!*more) break;
+      ++n;
+    }
+    if (e.nsamples >= 0 && n != e.nsamples)
+      return {false, std::to_string(n) + " samples != index.json " + std::to_string(e.nsamples)};
+  } else if (count_samples) {
     auto index = BuildSampleIndex(e.resolved);  // from the source, not the cache
     if (!index.ok()) return {false, index.status().ToString()};
     if (e.nsamples >= 0 && static_cast<int64_t>(index->samples.size()) != e.nsamples)
@@ -58,9 +78,13 @@ Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
 int RunVerify(const VerifyArgs& a) {
   std::string manifest = a.manifest;
   if (!IsManifestUrl(manifest)) {
-    // A folder: the manifest the writers leave in it, or what to do.
+    // A folder: the manifest the writers leave in it, an MDS set's
+    // index.json, or what to do.
     auto st = DefaultSource()->Stat(manifest);
-    if (st.ok() && st->is_dir) {
+    if (st.ok() && st->is_dir && DefaultSource()->Stat(JoinUrl(manifest, "index.json")).ok() &&
+        !DefaultSource()->Stat(JoinUrl(manifest, "manifest.jsonl")).ok()) {
+      manifest = JoinUrl(manifest, "index.json");
+    } else if (st.ok() && st->is_dir) {
       const std::string beside = JoinUrl(manifest, "manifest.jsonl");
       if (!DefaultSource()->Stat(beside).ok()) {
         std::cerr << "verify: " << manifest
@@ -72,7 +96,9 @@ int RunVerify(const VerifyArgs& a) {
       manifest = beside;
     }
   }
-  auto m = ReadManifest(manifest);
+  // An MDS set's index.json gives sizes and counts (no checksums: its
+  // optional hashes are not checked).
+  auto m = IsMdsIndexUrl(manifest) ? ReadMdsIndex(manifest) : ReadManifest(manifest);
   if (!m.ok()) {
     std::cerr << "verify: " << m.status() << "\n";
     return 1;
