@@ -18,8 +18,9 @@
 namespace shardstream::internal {
 
 // On success returns one FieldSpec (kAuto) per field of the first sample, in
-// the order of its members; for an MDS data set, per column (MdsDefaultFields). On failure returns the error of opening or
-// reading the first shard, or kConfig when it holds no sample.
+// the order of its members; for an MDS data set, one per column
+// (MdsDefaultFields). On failure returns the error of opening or reading the
+// first shard, or kConfig when it holds no sample.
 Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& options,
                                                    const Manifest& manifest);
 

@@ -16,11 +16,18 @@ const MdsColumn* FindColumn(const std::vector<MdsColumn>& columns, std::string_v
 
 Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards) {
   std::vector<MdsColumn> out;
-  std::string last;  // entries of one index share columns: parse each new text once
+  // Entries of one index share their columns (ReadMdsIndex checks it) but
+  // not their counts and names: only a new columns text is parsed. The text
+  // starts with them (FormatMdsLayout dumps keys in order, "columns" first),
+  // and '],"' ends them: inside a JSON string the quote would be escaped.
+  std::string_view last;
   for (const ShardEntry& e : shards) {
     auto it = e.extra.find(kMdsLayoutKey);
-    if (it == e.extra.end() || it->second == last) continue;
-    last = it->second;
+    if (it == e.extra.end()) continue;
+    const std::string_view text = it->second;
+    const std::string_view columns = text.substr(0, text.find("],\""));
+    if (columns == last) continue;
+    last = columns;
     const std::string& url = e.resolved.empty() ? e.url : e.resolved;
     SHARDSTREAM_ASSIGN_OR_RETURN(MdsLayout l, ParseMdsLayout(it->second, url));
     for (MdsColumn& c : l.columns) {
