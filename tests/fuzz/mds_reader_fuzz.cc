@@ -10,29 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "bytes_stream.h"
 #include "shardstream/mds.h"
 
 namespace {
-
-class BytesStream final : public shardstream::InputStream {
- public:
-  BytesStream(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  const std::string& url() const override { return url_; }
-  shardstream::Result<size_t> Read(size_t n, void* out) override {
-    size_t k = std::min({n, size_ - pos_, size_t{1} + (pos_ * 7919) % 70000});
-    if (k) std::memcpy(out, data_ + pos_, k);
-    pos_ += k;
-    return k;
-  }
-  uint64_t position() const override { return pos_; }
-  std::optional<uint64_t> size() const override { return size_; }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-  std::string url_ = "fuzz://shard.00000.mds";
-};
 
 shardstream::MdsLayout Layout(int which) {
   using shardstream::MdsColumn;
@@ -76,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.policy = mode == 1 ? ErrorPolicy::kSkipSample
                : mode == 2 ? ErrorPolicy::kSkipShard
                            : ErrorPolicy::kRaise;
-    auto reader = OpenMdsReader(std::make_unique<BytesStream>(data, size), Layout(which), o,
+    auto reader = OpenMdsReader(std::make_unique<fuzz::BytesStream>(data, size, "fuzz://shard.00000.mds"),
+                                Layout(which), o,
                                 (which >> 2) % 3);
     if (!reader.ok()) continue;
     Sample s;

@@ -8,37 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "bytes_stream.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/tar_reader.h"
-
-namespace {
-
-class BytesStream final : public shardstream::InputStream {
- public:
-  BytesStream(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  const std::string& url() const override { return url_; }
-  shardstream::Result<size_t> Read(size_t n, void* out) override {
-    // Short reads of varying length exercise the refill paths.
-    size_t k = std::min({n, size_ - pos_, size_t{1} + (pos_ * 7919) % 70000});
-    if (k) std::memcpy(out, data_ + pos_, k);
-    pos_ += k;
-    return k;
-  }
-  uint64_t position() const override { return pos_; }
-  std::optional<uint64_t> size() const override {
-    if (hide_size_) return std::nullopt;
-    return size_;
-  }
-  bool hide_size_ = false;
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-  std::string url_ = "fuzz://input.tar";
-};
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shardstream;
@@ -51,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.policy = mode == 1 ? ErrorPolicy::kSkipSample
                : mode == 2 ? ErrorPolicy::kSkipShard
                            : ErrorPolicy::kRaise;
-    auto stream = std::make_unique<BytesStream>(data, size);
-    stream->hide_size_ = mode == 2;
+    auto stream = std::make_unique<fuzz::BytesStream>(data, size, "fuzz://input.tar");
+    stream->hide_size = mode == 2;
     auto reader = TarReader::Open(std::move(stream), o);
     if (!reader.ok()) continue;
     Sample s;
