@@ -6,7 +6,8 @@
 # the image decoding fuzzer, seeded with the test images (every colour mode
 # of JPEG, PNG and WebP, and the bad ones); the field decoders (.npy, raw, labels, text,
 # JSON) and the .idx parser; the manifest parsers; the resume state parsers; the
-# MDS shard reader, seeded with shards MosaicML Streaming's MDSWriter wrote.
+# MDS shard reader, seeded with shards MosaicML Streaming's MDSWriter wrote; the JSON Lines
+# reader, seeded with rows of every JSON construct, plain and compressed.
 #
 #   scripts/fuzz.sh [SECONDS]      (default 60, per fuzzer)
 #
@@ -24,7 +25,7 @@ if [[ ! -x "$build/tests/fuzz/tar_reader_fuzz" || ! -f "$build/build.ninja" ]]; 
     -DSHARDSTREAM_BUILD_BENCHMARKS=OFF -DSHARDSTREAM_BUILD_PYTHON=OFF >/dev/null
 fi
 nice cmake --build "$build" -j2 --target tar_reader_fuzz image_decode_fuzz field_decode_fuzz \
-  manifest_fuzz resume_state_fuzz mds_reader_fuzz shardstream_cli
+  manifest_fuzz resume_state_fuzz mds_reader_fuzz jsonl_reader_fuzz shardstream_cli
 
 seeds="$build/fuzz-seeds/tar"
 if [[ ! -d "$seeds" ]]; then
@@ -174,4 +175,22 @@ mds_corpus="$build/fuzz-corpus/mds"
 mkdir -p "$mds_corpus"
 "$build/tests/fuzz/mds_reader_fuzz" "$mds_corpus" "$mds_seeds" \
   -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+
+# JSON Lines rows: every JSON construct, escapes, blank lines, a last line
+# without its newline, and the same rows gzip- and zstd-compressed.
+rows_seeds="$build/fuzz-seeds/jsonl"
+if [[ ! -d "$rows_seeds" ]]; then
+  mkdir -p "$rows_seeds"
+  printf '%s\n' '{"text": "a \"q\" \\ \u00e9 \ud83d\ude00", "n": -12, "f": 1.5e-3}' \
+    '' '{"o": {"a": [1, 2.0, true, false, null, {"b": []}]}, "s": ""}' '  ' \
+    '{"url": "shard-000000.tar", "nsamples": 3}' > "$rows_seeds/rows.jsonl"
+  printf '{"x": 1}\n[1]\n{"y": "unterminated\n{"z": 2}' > "$rows_seeds/bad.jsonl"
+  gzip -c "$rows_seeds/rows.jsonl" > "$rows_seeds/rows.jsonl.gz"
+  zstd -q -c "$rows_seeds/rows.jsonl" > "$rows_seeds/rows.jsonl.zst"
+fi
+rows_corpus="$build/fuzz-corpus/jsonl"
+mkdir -p "$rows_corpus"
+"$build/tests/fuzz/jsonl_reader_fuzz" "$rows_corpus" "$rows_seeds" \
+  -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=131072 \
   -artifact_prefix="$artifacts" -print_final_stats=1

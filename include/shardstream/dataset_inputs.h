@@ -6,6 +6,10 @@
 //   "data/shard-000000.tar.zst"       one shard (.tar, .tar.zst, .tar.gz, .tgz)
 //   "data/" or "s3://b/data/"         a directory (prefix) of shards: its .tar,
 //                                     .tar.zst, .tar.gz files in name order
+//   "s3://b/mds-set/"                  an MDS set: a folder holding index.json (mds.h)
+//   "data/train.jsonl.zst"            JSON Lines rows (.jsonl, .jsonl.gz, .jsonl.zst; a .jsonl
+//                                     whose first line names a shard is a manifest): a
+//                                     folder of them too, when it holds no shards (rows.h)
 //   a list of any of these            their shards, in order
 //
 // Without a manifest the shards' sample counts are unknown; ResolveDataset

@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardstream/decode.h"
@@ -44,6 +46,13 @@ struct TokenOptions {
   std::string field;
   // Element type of raw token fields. Default: int32.
   DType input_dtype = DType::kInt32;
+  // Turns a text field (a JSON Lines string, a tar ".txt" member) into its
+  // token ids, on the reader threads, before packing: `field` then holds
+  // text, and input_dtype is int32. Called concurrently; an error fails the
+  // read (it is no defect of the data, so no skip policy passes it).
+  // Tokens are then known only once read: equal_batches needs a single
+  // consumer (or tokens tokenized ahead: shardstream.convert). Default: none.
+  std::function<Status(std::string_view text, std::vector<int32_t>* ids)> tokenize;
   // Element type of the "tokens" tensor. Default: int32.
   DType dtype = DType::kInt32;
   // Row length. Default: 2048.

@@ -54,7 +54,8 @@ OPTIONS: Tuple[Option, ...] = (
            "fields", "fields", own=True),
     Option("tokens", "dict", None,
            'Language-model token batches: {"field", "seq_len", "layout", "eod_token", "pad_token", '
-           '"dtype", "input_dtype", "document_metadata", "equal_batches"}',
+           '"dtype", "input_dtype", "document_metadata", "equal_batches", "tokenizer"} (tokenizer: '
+           'a callable text -> ids for a text field, run on the reader threads)',
            "tokens", "tokens", own=True),
     Option("batch_size", "int", NATIVE, "Samples (or token rows) per batch", "batch_size",
            "batch_size"),

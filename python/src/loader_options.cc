@@ -4,6 +4,8 @@
 #include "loader_options.h"
 
 #include <algorithm>
+#include <climits>
+#include <stdexcept>
 #include <cctype>
 #include <set>
 #include <tuple>
@@ -205,6 +207,61 @@ MixStream StreamOf(const py::handle& h) {
   return m;
 }
 
+// A Python tokenizer (text -> ids) called from the reader threads, with the
+// GIL. It may return a list or array of ints, a tokenizers.Encoding (.ids)
+// or a transformers BatchEncoding / dict ("input_ids").
+std::function<Status(std::string_view, std::vector<int32_t>*)> TokenizerOf(const py::handle& h) {
+  if (!PyCallable_Check(h.ptr()))
+    Bad("tokens.tokenizer: expected a callable (text -> token ids), got " +
+        std::string(py::str(py::type::of(h).attr("__name__"))));
+  // Released with the GIL held, wherever the last copy goes (a reader
+  // thread, the loader's close). Left alone once the interpreter is gone.
+  std::shared_ptr<py::object> fn(new py::object(py::reinterpret_borrow<py::object>(h)), [](py::object* p) {
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return [fn](std::string_view text, std::vector<int32_t>* ids) -> Status {
+    py::gil_scoped_acquire gil;
+    PyObject* decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "strict");
+    if (decoded == nullptr) {
+      // Damaged text, not a failing tokenizer: the skip policies apply.
+      py::error_already_set e;
+      return Status(StatusCode::kCorrupt, std::string("the text is not UTF-8: ") + e.what());
+    }
+    py::str str = py::reinterpret_steal<py::str>(decoded);
+    try {
+      py::object r = (*fn)(str);
+      if (py::hasattr(r, "ids")) {
+        r = r.attr("ids");
+      } else if (py::hasattr(r, "keys") && r.contains("input_ids")) {
+        r = r["input_ids"];
+      }
+      auto add = [&](long long v) {
+        if (v < INT32_MIN || v > INT32_MAX)
+          throw std::out_of_range("token id " + std::to_string(v) + " does not fit int32");
+        ids->push_back(static_cast<int32_t>(v));
+      };
+      if (py::hasattr(r, "tolist") && py::hasattr(r, "ndim")) {
+        if (r.attr("ndim").cast<int>() != 1)
+          return Status(StatusCode::kConfig, "the tokenizer returned an array of " +
+                                                 std::to_string(r.attr("ndim").cast<int>()) +
+                                                 " dimensions; one document's ids are 1-D");
+        r = r.attr("tolist")();
+      }
+      if (py::isinstance<py::str>(r) || py::isinstance<py::bytes>(r))
+        return Status(StatusCode::kConfig, "the tokenizer returned text, not token ids");
+      for (py::handle v : r) add(v.cast<long long>());
+    } catch (py::error_already_set& e) {
+      return Status(StatusCode::kConfig, std::string("the tokenizer raised ") + e.what());
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kConfig, std::string("the tokenizer's result: ") + e.what() +
+                                             " (expected a sequence of int token ids)");
+    }
+    return Status::OK();
+  };
+}
+
 TokenOptions TokensOf(const py::dict& d) {
   TokenOptions t;
   for (auto item : d) {
@@ -222,6 +279,9 @@ TokenOptions TokensOf(const py::dict& d) {
     else if (k == "pad_token") t.pad_token = item.second.cast<int64_t>();
     else if (k == "document_metadata") t.document_metadata = item.second.cast<bool>();
     else if (k == "equal_batches") t.equal_batches = item.second.cast<bool>();
+    else if (k == "tokenizer") {
+      if (!item.second.is_none()) t.tokenize = TokenizerOf(item.second);
+    }
     else Bad("tokens: unknown key '" + k + "'");
   }
   return t;

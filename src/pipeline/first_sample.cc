@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "pipeline/mds_fields.h"
+#include "shardstream/rows.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -16,6 +17,15 @@ namespace {
 // Samples of the first shard whose fields are looked at.
 constexpr int kSampledForFields = 64;
 }  // namespace
+
+Result<std::unique_ptr<InputStream>> OpenForFields(const LoaderOptions& o, const ShardEntry& e) {
+  if (o.cache != nullptr && o.cache->options().mode != CacheMode::kOff) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, o.cache->Open(ShardRef::FromEntry(e)));
+    return std::unique_ptr<InputStream>(std::move(stream));
+  }
+  Source& source = o.source ? *o.source : *DefaultSource();
+  return source.OpenInputStream(e.resolved.empty() ? e.url : e.resolved);
+}
 
 Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
                                                    const Manifest& manifest) {
@@ -39,7 +49,11 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
       return MdsDefaultFields(columns);
     }
     std::unique_ptr<TarReader> reader;
-    if (o.cache != nullptr && o.cache->options().mode != CacheMode::kOff) {
+    const bool rows = e.extra.count(kRowsFormatKey) > 0;
+    if (rows) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto in, OpenForFields(o, e));
+      SHARDSTREAM_ASSIGN_OR_RETURN(reader, OpenJsonlReader(std::move(in), t));
+    } else if (o.cache != nullptr && o.cache->options().mode != CacheMode::kOff) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, o.cache->Open(ShardRef::FromEntry(e)));
       SHARDSTREAM_ASSIGN_OR_RETURN(
           reader, TarReader::Open(std::unique_ptr<InputStream>(std::move(stream)), t));

@@ -8,6 +8,7 @@
 #ifndef SHARDSTREAM_PIPELINE_FIRST_SAMPLE_H_
 #define SHARDSTREAM_PIPELINE_FIRST_SAMPLE_H_
 
+#include <memory>
 #include <vector>
 
 #include "shardstream/decode.h"
@@ -23,6 +24,10 @@ namespace shardstream::internal {
 // first shard, or kConfig when it holds no sample.
 Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& options,
                                                    const Manifest& manifest);
+
+// The bytes of a shard, from the options' cache or source, for a look at
+// its first samples.
+Result<std::unique_ptr<InputStream>> OpenForFields(const LoaderOptions& options, const ShardEntry& e);
 
 }  // namespace shardstream::internal
 

@@ -4,6 +4,8 @@
 
 #include "common/log.h"
 #include "shardstream/mds.h"
+#include "shardstream/rows.h"
+#include "rows/rows_internal.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/url.h"
 
@@ -146,7 +148,7 @@ Result<RandomAccessFile::View> LaneReader::ViewIfMapped(RandomAccessFile* shard)
 
 Status LaneReader::OpenRange(const LaneRange& r, LaneItem* scratch) {
   read_ = 0;
-  if (config_->direct && r.mds.empty()) {
+  if (config_->direct && !r.own_reader()) {
     auto direct = OpenDirect(r);
     if (direct.ok()) {
       direct_ = std::move(*direct);
@@ -171,17 +173,24 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
   MdsLayout mds;
   if (!r.mds.empty()) {
     SHARDSTREAM_ASSIGN_OR_RETURN(mds, ParseMdsLayout(r.mds, RedactUrl(r.ref.url)));
-    skip = 0;  // the MDS reader starts at `at` itself (its offsets table says where)
   }
+  // MDS and rows readers start at `at` themselves (MDS by its offsets table,
+  // rows passing over lines unparsed).
+  if (r.own_reader()) skip = 0;
   // Samples from a stream of the shard's bytes, whatever its format.
   auto open = [&](std::unique_ptr<InputStream> stream) -> Result<std::unique_ptr<TarReader>> {
     if (!r.mds.empty()) return OpenMdsReader(std::move(stream), mds, config_->tar, at);
+    if (r.rows) return OpenJsonlReader(std::move(stream), config_->tar, at);
     return TarReader::Open(std::move(stream), config_->tar);
   };
   // Without a cache, the shard of this lane's next range starts arriving
   // now: the lane moving on does not wait at the boundary. (The other lanes
   // see to theirs; with a cache, the cache's prefetch does this.)
   if (config_->cache == nullptr) PrefetchNext();
+  bool opened_at = false;
+  if (config_->cache == nullptr && at > 0 && r.rows) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(opened_at, OpenRowsAt(r, at));
+  }
   if (config_->cache != nullptr) {
     // Tell the cache what comes after this range, so it downloads ahead
     // (ranges are opened roughly in plan order across the lanes).
@@ -201,7 +210,9 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
       if (cancelled_) shared->Cancel();  // Cancel() ran before the lane knew the stream
     }
     SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::make_unique<SharedStream>(std::move(shared))));
-  } else if (at > 0 && r.mds.empty()) {
+  } else if (opened_at) {
+    // Opened at the row's byte, by the file's row index.
+  } else if (at > 0 && !r.own_reader()) {
     auto opened = TarReader::OpenAt(r.ref.url, at, nullptr, config_->tar);
     if (opened.ok()) {
       reader_ = std::move(*opened);
@@ -226,7 +237,9 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
                     "shard " + RedactUrl(r.ref.url) + " has " + std::to_string(*stream->size()) +
                         " bytes, its manifest entry says " + std::to_string(r.ref.size) +
                         (r.mds.empty()
-                             ? ": the manifest is stale or wrong; check the data set with "
+                             ? r.rows ? ": the file changed after its index (<file>.idx) or "
+                                        "manifest was written; remove the stale .idx"
+                                      : ": the manifest is stale or wrong; check the data set with "
                                "`shardstream verify MANIFEST`, or rebuild the manifest "
                                "(`shardstream manifest`)"
                              : " (from the MDS set's index.json): the shard changed after "
@@ -239,6 +252,25 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     if (!more) break;
   }
   return Status::OK();
+}
+
+Result<bool> LaneReader::OpenRowsAt(const LaneRange& r, int64_t at) {
+  // Only an uncompressed file can be entered at a byte; a compressed one
+  // (or one without an index, or a stale one) is read from its start. (The
+  // index is read whole, as TarReader::OpenAt reads a tar shard's.)
+  Source& source = config_->tar.source != nullptr ? *config_->tar.source : *DefaultSource();
+  auto index = ReadSampleIndex(r.ref.url, &source, config_->tar.index_dir);
+  if (!index.ok() && index.status().code() != StatusCode::kNotFound &&
+      index.status().code() != StatusCode::kCorrupt)
+    return index.status();
+  if (!index.ok() || index->compressed || static_cast<size_t>(at) >= index->samples.size())
+    return false;
+  StreamOptions so;
+  so.offset = index->samples[static_cast<size_t>(at)].offset;
+  if (r.ref.size >= 0) so.expected_size = static_cast<uint64_t>(r.ref.size);
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source.OpenInputStreamWith(r.ref.url, so));
+  SHARDSTREAM_ASSIGN_OR_RETURN(reader_, OpenJsonlReaderAt(std::move(stream), config_->tar, at, so.offset));
+  return true;
 }
 
 bool LaneReader::Produce(LaneItem* item) {
@@ -312,9 +344,9 @@ bool LaneReader::Produce(LaneItem* item) {
   item->direct.shard.reset();
   auto more = reader_->Next(&item->sample);
   if (!more.ok()) return fail(more.status());
-  // An MDS reader passes over a skipped sample (skip_sample) and would go on
+  // An MDS or rows reader passes over a skipped sample (skip_sample) and would go on
   // into the next range: the range ends by sample number.
-  if (*more && !r.mds.empty() && r.end >= 0 && item->sample.index >= r.end) return finish_range();
+  if (*more && r.own_reader() && r.end >= 0 && item->sample.index >= r.end) return finish_range();
   if (!*more) {
     if (r.end >= 0 && config_->tar.policy == ErrorPolicy::kRaise) {
       return fail(Status(StatusCode::kCorrupt,

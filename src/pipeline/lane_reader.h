@@ -46,6 +46,11 @@ struct LaneRange {
   int64_t index_offset = 0;
   // An MDS shard: its layout (FormatMdsLayout); empty for tar.
   std::string mds;
+  // A JSON Lines file (rows.h).
+  bool rows = false;
+  // Read by a reader of its own that passes over what it skips (MDS, rows):
+  // the range ends by sample number.
+  bool own_reader() const { return rows || !mds.empty(); }
 };
 
 struct LaneItem {
@@ -205,6 +210,10 @@ class SHARDSTREAM_EXPORT LaneReader {
   Result<RandomAccessFile::View> ViewIfMapped(RandomAccessFile* shard);
   // A tar reader for the range from sample `at` on.
   Status OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch);
+  // A JSON Lines range opened at row `at` by the file's index: false when
+  // it cannot be (compressed, no or a stale index), and the file is read from
+  // its start; an error reading the index (not its absence) is returned.
+  Result<bool> OpenRowsAt(const LaneRange& r, int64_t at);
   // Source::Prefetch for this lane's next range, if it starts at a shard's
   // first sample.
   void PrefetchNext();

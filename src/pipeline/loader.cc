@@ -14,6 +14,7 @@
 #include "pipeline/first_sample.h"
 #include "pipeline/loader_impl.h"
 #include "pipeline/mds_fields.h"
+#include "pipeline/row_fields.h"
 #include "pipeline/option_checks.h"
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/url.h"
@@ -62,6 +63,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns, internal::MdsColumnsOf(impl->manifest.shards));
   SHARDSTREAM_RETURN_IF_ERROR(
       internal::ResolveMdsFields(impl->mds_columns, &options, &impl->token_decode));
+  SHARDSTREAM_ASSIGN_OR_RETURN(impl->row_columns, internal::RowColumnsOf(options, impl->manifest));
+  SHARDSTREAM_RETURN_IF_ERROR(internal::ResolveRowFields(impl->row_columns, &options));
   auto urls = std::make_shared<std::vector<std::string>>();
   for (const ShardEntry& s : impl->manifest.shards)
     urls->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
@@ -90,6 +93,7 @@ Result<Batch> Loader::next() {
     SHARDSTREAM_ASSIGN_OR_RETURN(m.opt.fields, internal::FieldsOfFirstSample(m.opt, m.manifest));
     FieldDecode unused;  // no token field here
     SHARDSTREAM_RETURN_IF_ERROR(internal::ResolveMdsFields(m.mds_columns, &m.opt, &unused));
+    SHARDSTREAM_RETURN_IF_ERROR(internal::ResolveRowFields(m.row_columns, &m.opt));
     if (m.opt.fields.size() > 64) {
       m.opt.fields.clear();
       return Status::Config("loader: the first sample has more than 64 fields; name the fields");
@@ -307,7 +311,7 @@ int64_t Loader::rank_batches_per_epoch() const {
   if (workers <= 1) return batches_per_epoch();
   if (m.plan.num_samples < 0) return -1;
   const bool tokens = !m.opt.tokens.field.empty();
-  if (tokens && m.opt.mode == LoaderMode::kEval) return -1;
+  if (tokens && (m.opt.mode == LoaderMode::kEval || m.opt.tokens.tokenize)) return -1;
   // Every consumer returns the smallest count.
   if (tokens && m.equal_cut) return m.batch_target * workers;
   // A restored own state knows only its own count.

@@ -109,6 +109,15 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
     return Status::OK();
   }
   const bool several = static_cast<int64_t>(opt.world_size) * opt.num_workers > 1;
+  if (opt.tokens.tokenize) {
+    // Tokens made while reading have no count before: nothing to equalize by.
+    if (equal && several)
+      return Status::Config("loader: equal batches on every rank need every document's token count "
+                            "before the epoch, and a tokenizer makes tokens only as it reads; set "
+                            "tokens.equal_batches=false (and end the epoch by a step count), or "
+                            "tokenize ahead into token shards (shardstream.convert)");
+    return Status::OK();
+  }
   if (plan.num_samples < 0) {
     if (equal && several)
       return Status::Config("loader: equal batches on every rank need the data set's sample counts "

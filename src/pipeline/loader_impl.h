@@ -20,6 +20,7 @@
 #include "pipeline/wait_histogram.h"
 #include "plan/epoch_layout.h"
 #include "shardstream/mds.h"
+#include "shardstream/rows.h"
 #include "plan/token_budget.h"
 #include "shardstream/delivery_tracker.h"
 #include "shardstream/loader.h"
@@ -37,6 +38,8 @@ class Loader::Impl {
   // decodes when it is one (mds_fields.h).
   std::vector<MdsColumn> mds_columns;
   FieldDecode token_decode = FieldDecode::kAuto;
+  // The columns of its JSON Lines files' first row (row_fields.h).
+  std::vector<RowColumn> row_columns;
   std::shared_ptr<const std::vector<std::string>> urls;
   int64_t epoch = 0;
   ConsumerPlan plan;

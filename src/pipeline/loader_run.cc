@@ -7,6 +7,7 @@
 #include "pipeline/wait_histogram.h"
 #include "shardstream/image.h"
 #include "shardstream/mds.h"
+#include "shardstream/rows.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
@@ -23,8 +24,8 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 }
 
 // The token field of a sample item, decoded into the item (by the worker that read it).
-void DecodeTokens(const FieldSpec& spec, LaneItem* item) {
-  const Sample& s = item->sample;
+void DecodeTokens(const FieldSpec& spec, const TokenOptions& tokens, LaneItem* item) {
+  Sample& s = item->sample;
   const Field* f = s.FindAny(spec.name);
   if (f == nullptr) {
     item->decode_status = Status(StatusCode::kCorrupt,
@@ -35,12 +36,33 @@ void DecodeTokens(const FieldSpec& spec, LaneItem* item) {
     return;
   }
   item->decoded_field = static_cast<size_t>(f - s.fields.data());
-  auto tokens = DecodeField(f->data, spec, FieldContext{s.key, spec.name, s.url, f->offset});
-  if (tokens.ok()) {
-    item->decoded = *tokens;
+  if (tokens.tokenize) {
+    // Text in, token ids out: the field becomes the ids (int32, raw).
+    Field& text = s.fields[item->decoded_field];
+    auto ids = std::make_shared<std::vector<int32_t>>();
+    Status st = tokens.tokenize(text.data, ids.get());
+    if (!st.ok()) {
+      // A damaged text (kCorrupt) is skipped as any damaged sample; a
+      // tokenizer that fails is no defect of the data (kConfig, raised).
+      const StatusCode code = st.code() == StatusCode::kCancelled || st.code() == StatusCode::kCorrupt
+                                  ? st.code()
+                                  : StatusCode::kConfig;
+      item->decode_status = Status(code,
+                                   "tokenizing field '" + text.name + "' of sample '" + s.key +
+                                       "' in " + s.url + ": " + st.message(),
+                                   s.url, static_cast<int64_t>(s.offset));
+      return;
+    }
+    text.data = std::string_view(reinterpret_cast<const char*>(ids->data()), ids->size() * sizeof(int32_t));
+    text.owner = std::move(ids);
+    f = &text;
+  }
+  auto decoded = DecodeField(f->data, spec, FieldContext{s.key, spec.name, s.url, f->offset});
+  if (decoded.ok()) {
+    item->decoded = *decoded;
     item->decode_status = Status::OK();
   } else {
-    item->decode_status = tokens.status();
+    item->decode_status = decoded.status();
   }
 }
 
@@ -89,6 +111,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     const ShardEntry& entry = (*config_.shards)[static_cast<size_t>(r.shard)];
     lr.ref = ShardRef::FromEntry(entry);
     if (auto mds = entry.extra.find(kMdsLayoutKey); mds != entry.extra.end()) lr.mds = mds->second;
+    lr.rows = entry.extra.count(kRowsFormatKey) > 0;
     ranges.push_back(std::move(lr));
   }
   LaneConfig lc;
@@ -110,7 +133,11 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     spec.name = opt_.tokens.field;
     const FieldDecode how =
         config_.token_decode != FieldDecode::kAuto ? config_.token_decode : DecodeForName(spec.name);
-    if (how != FieldDecode::kNpy) {
+    if (opt_.tokens.tokenize) {
+      spec.decode = FieldDecode::kRaw;  // the tokenizer's ids
+      spec.dtype = DType::kInt32;
+      spec.shape = {-1};
+    } else if (how != FieldDecode::kNpy) {
       spec.decode = FieldDecode::kRaw;
       spec.dtype = opt_.tokens.input_dtype;
       spec.shape = {-1};
@@ -120,7 +147,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     // Decoding the token field (parsing its .npy header) costs as much as
     // placing the tokens: the readers do it, ahead of the assembler.
     // Process() relies on it: every sample item reaches it decoded.
-    lc.prepare = [spec](LaneItem* item) { DecodeTokens(spec, item); };
+    lc.prepare = [spec, this](LaneItem* item) { DecodeTokens(spec, opt_.tokens, item); };
     // With a sample shuffle a batch's documents lie apart in their shards:
     // a read each costs more than the second copy it saves (1024-token
     // documents, shuffle_buffer 1000: 0.19 of the plain read against 0.24),

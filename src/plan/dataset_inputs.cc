@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
 
 #include "common/log.h"
 #include "shardstream/mds.h"
+#include "shardstream/rows.h"
 #include "shardstream/shard_index.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -34,6 +36,45 @@ ShardEntry EntryFor(const std::string& url) {
   return e;
 }
 
+ShardEntry RowsEntryFor(const std::string& url) {
+  ShardEntry e = EntryFor(url);
+  e.extra[kRowsFormatKey] = kRowsJsonl;
+  return e;
+}
+
+bool IsRowsEntry(const ShardEntry& e) { return e.extra.count(kRowsFormatKey) > 0; }
+
+// A ".jsonl"/".ndjson" input holds rows or names shards (a manifest): its
+// first line says which (IsRowsFile).
+Result<bool> HoldsRows(const std::string& url, const ResolveOptions& o) {
+  if (IsCompressedRowsUrl(url)) return true;
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto in, SourceOf(o).OpenInputStream(url));
+  std::string head;
+  char buf[16384];
+  while (head.size() < (size_t{1} << 20)) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(size_t n, in->Read(sizeof(buf), buf));
+    if (n == 0) break;
+    head.append(buf, n);
+    const size_t first = head.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && head.find('\n', first) != std::string::npos) break;
+  }
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return false;  // empty: a manifest's error says so
+  const size_t nl = head.find('\n', first);
+  return IsRowsFile(url, std::string_view(head).substr(first, nl == std::string::npos ? nl : nl - first));
+}
+
+bool IsRowsName(const std::string& url) {
+  if (IsCompressedRowsUrl(url)) return true;
+  std::string name = UrlBasename(url.substr(0, url.find('?')));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto ends = [&](const char* x) {
+    const size_t n = std::strlen(x);
+    return name.size() > n && name.compare(name.size() - n, n, x) == 0;
+  };
+  return name != kWrittenManifestName && (ends(".jsonl") || ends(".ndjson"));
+}
+
 // Sidecar indexes are looked for only where "<url>.idx" names one: files,
 // http(s) and s3 without a query (a pipe: command must not be run again, a
 // presigned url would be broken).
@@ -52,7 +93,9 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
   SHARDSTREAM_ASSIGN_OR_RETURN(std::vector<FileInfo> files, SourceOf(o).List(dir));
   std::vector<ShardEntry> out;
   std::string manifest, mds_index;
+  std::vector<ShardEntry> rows;
   for (const FileInfo& f : files) {
+    if (!f.is_dir && IsRowsName(f.url)) rows.push_back(RowsEntryFor(f.url));
     if (!f.is_dir && UrlBasename(f.url) == kWrittenManifestName) manifest = f.url;
     if (!f.is_dir && IsMdsIndexUrl(f.url)) mds_index = f.url;
     if (f.is_dir || !IsShardUrl(f.url)) continue;
@@ -62,6 +105,14 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
   }
   std::sort(out.begin(), out.end(),
             [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
+  if (manifest.empty() && out.empty() && mds_index.empty() && !rows.empty()) {
+    // A folder of JSON Lines files (and no shards beside them): rows, unless
+    // the first says it is a manifest under another name.
+    std::sort(rows.begin(), rows.end(),
+              [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
+    SHARDSTREAM_ASSIGN_OR_RETURN(bool holds_rows, HoldsRows(rows.front().resolved, o));
+    if (holds_rows) return rows;
+  }
   if (manifest.empty() && out.empty() && !mds_index.empty()) {
     // A MosaicML Streaming (MDS) data set: its index.json says everything.
     SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadMdsIndex(mds_index, o.source));
@@ -109,10 +160,20 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
     glob_t g{};
     const int rc = ::glob(local.c_str(), 0, nullptr, &g);
     std::vector<std::string> matched;
+    std::vector<std::string> rows;  // taken when no shard matches, as in a folder
     if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i)
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
         if (IsShardUrl(g.gl_pathv[i])) matched.emplace_back(g.gl_pathv[i]);
+        if (IsRowsName(g.gl_pathv[i])) rows.emplace_back(g.gl_pathv[i]);
+      }
     ::globfree(&g);
+    if (matched.empty() && !rows.empty()) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(bool holds_rows, HoldsRows(rows.front(), o));
+      if (holds_rows) {
+        for (const std::string& m : rows) out->push_back(RowsEntryFor(m));
+        return Status::OK();
+      }
+    }
     if (matched.empty())
       return Status(StatusCode::kNotFound,
                     "data set: no shard matches the glob " + input +
@@ -136,6 +197,17 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
   if (IsMdsIndexUrl(input)) {
     SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadMdsIndex(input, o.source));
     out->insert(out->end(), m.shards.begin(), m.shards.end());
+    return Status::OK();
+  }
+  if (IsManifestUrl(input) && IsRowsName(input)) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(bool rows, HoldsRows(input, o));
+    if (rows) {
+      out->push_back(RowsEntryFor(input));
+      return Status::OK();
+    }
+  }
+  if (IsCompressedRowsUrl(input)) {
+    out->push_back(RowsEntryFor(input));
     return Status::OK();
   }
   if (IsShardUrl(input) || scheme == "pipe") {
@@ -169,7 +241,8 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
         return listed.status();
       if (st.ok())
         return Status(StatusCode::kNotFound,
-                      "data set: no shards (.tar, .tar.zst, .tar.gz, .tgz) in directory " +
+                      "data set: no shards (.tar, .tar.zst, .tar.gz, .tgz), MDS index.json or "
+                      "JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst) in directory " +
                           RedactUrl(input),
                       RedactUrl(input));
       return st.status();
@@ -198,7 +271,7 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
         continue;
       }
       auto found = internal::LoadOrBuildSampleIndex(url, o.source, o.index_dir, o.build_indexes,
-                                                    /*need_fields=*/false);
+                                                    /*need_fields=*/false, IsRowsEntry(e));
       if (!found.ok() || found->build_failed) {
         // A transient or permission error must fail the loader, not make
         // this rank plan without counts while the others plan with them.

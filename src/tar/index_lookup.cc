@@ -1,5 +1,6 @@
 #include "tar/index_lookup.h"
 
+#include "shardstream/rows.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
 
@@ -7,7 +8,7 @@ namespace shardstream::internal {
 
 Result<IndexLookup> LoadOrBuildSampleIndex(const std::string& url, Source* source,
                                            const std::string& index_dir, bool build,
-                                           bool need_fields) {
+                                           bool need_fields, bool rows) {
   IndexLookup out;
   auto read = ReadSampleIndex(url, source, index_dir);
   if (!read.ok() && read.status().code() != StatusCode::kNotFound &&
@@ -25,7 +26,7 @@ Result<IndexLookup> LoadOrBuildSampleIndex(const std::string& url, Source* sourc
   }
   TarReaderOptions t;
   t.source = source;
-  auto built = BuildSampleIndex(url, t);
+  auto built = rows ? BuildJsonlIndex(url, t) : BuildSampleIndex(url, t);
   if (!built.ok()) {
     out.missing = built.status();
     out.build_failed = true;

@@ -3,6 +3,7 @@
 // beside the shard or from the index folder; where there is none, or it is
 // stale, damaged or (when field records are needed) of version 1, and the
 // shard is local, build it by reading the shard and keep it for next time.
+// A JSON Lines file's (`rows`) index has a row per line (rows.h).
 #ifndef SHARDSTREAM_TAR_INDEX_LOOKUP_H_
 #define SHARDSTREAM_TAR_INDEX_LOOKUP_H_
 
@@ -34,7 +35,7 @@ struct IndexLookup {
 // the shard's, and a rank must not plan without an index the others read).
 Result<IndexLookup> LoadOrBuildSampleIndex(const std::string& url, Source* source,
                                            const std::string& index_dir, bool build,
-                                           bool need_fields);
+                                           bool need_fields, bool rows = false);
 
 }  // namespace shardstream::internal
 

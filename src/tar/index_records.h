@@ -167,7 +167,10 @@ class IndexWalker {
       if (!c_.Get64(&e.offset) || !c_.Get64(&e.length) || !c_.Get32(&e.nfields) ||
           !c_.Get32(&keylen) || !c_.GetView(keylen, &e.key))
         return IndexRecordError(url, "truncated at sample " + std::to_string(i_), at);
-      if (e.offset < prev_end_ || e.length > h_.shard_size || e.offset > h_.shard_size - e.length)
+      // A compressed shard's offsets are into its decompressed bytes, which
+      // its file size (shard_size) does not bound.
+      if (e.offset < prev_end_ ||
+          (!h_.compressed && (e.length > h_.shard_size || e.offset > h_.shard_size - e.length)))
         return IndexRecordError(
             url, "sample " + std::to_string(i_) + " out of order or past the shard's end", at);
       prev_end_ = e.offset + e.length;

@@ -1,13 +1,19 @@
 // shardstream verify MANIFEST: every shard's size and checksum (and with
 // --samples its sample count) against the manifest, in parallel. Exit 1 if
 // any shard is bad. An MDS set (its folder or index.json) is checked against
-// its index.json: sizes, and with --samples every sample read.
+// its index.json: sizes, and with --samples every sample read. JSON Lines
+// files (a file, a folder of them) have every row read and parsed, and their
+// count checked against an existing row index (<file>.idx).
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
 #include "shardstream/mds.h"
+#include "shardstream/rows.h"
+#include "shardstream/shard_index.h"
 #include "shardstream/source.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -37,7 +43,36 @@ Result<FileDigest> DigestCached(ShardCache& cache, const ShardEntry& e, const st
   return DigestStream(*in, algo);
 }
 
+// Every sample of a reader that opened; the first error.
+Result<int64_t> CountSamples(Result<std::unique_ptr<TarReader>> reader) {
+  if (!reader.ok()) return reader.status();
+  Sample s;
+  int64_t n = 0;
+  while (true) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(bool more, (*reader)->Next(&s));
+    if (!more) return n;
+    ++n;
+  }
+}
+
+// A JSON Lines file: every row parsed; its count against its index, if any.
+Verdict CheckRows(const ShardEntry& e) {
+  auto in = DefaultSource()->OpenInputStream(e.resolved, 0);
+  if (!in.ok()) return {false, in.status().ToString()};
+  auto counted = CountSamples(OpenJsonlReader(std::move(*in)));
+  if (!counted.ok()) return {false, counted.status().ToString()};
+  const int64_t n = *counted;
+  auto index = ReadSampleIndex(e.resolved);
+  if (index.ok() && static_cast<int64_t>(index->samples.size()) != n)
+    return {false, std::to_string(n) + " rows != its index " + std::to_string(index->samples.size()) +
+                       " (a stale .idx: remove it)"};
+  if (!index.ok() && index.status().code() == StatusCode::kCorrupt)
+    return {false, index.status().ToString() + " (remove the .idx; the next run builds it again)"};
+  return {};
+}
+
 Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
+  if (e.extra.count(kRowsFormatKey)) return CheckRows(e);
   std::string algo = e.checksum.empty() ? "xxh3_128" : e.checksum.substr(0, e.checksum.find(':'));
   auto d = cache != nullptr && cache->options().mode != CacheMode::kOff
                ? DigestCached(*cache, e, algo)
@@ -53,16 +88,9 @@ Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
     if (!layout.ok()) return {false, layout.status().ToString()};
     auto in = DefaultSource()->OpenInputStream(e.resolved, 0);
     if (!in.ok()) return {false, in.status().ToString()};
-    auto reader = OpenMdsReader(std::move(*in), *layout);
-    if (!reader.ok()) return {false, reader.status().ToString()};
-    Sample s;
-    int64_t n = 0;
-    while (true) {
-      auto more = (*reader)->Next(&s);
-      if (!more.ok()) return {false, more.status().ToString()};
-      if (!*more) break;
-      ++n;
-    }
+    auto counted = CountSamples(OpenMdsReader(std::move(*in), *layout));
+    if (!counted.ok()) return {false, counted.status().ToString()};
+    const int64_t n = *counted;
     if (e.nsamples >= 0 && n != e.nsamples)
       return {false, std::to_string(n) + " samples != index.json " + std::to_string(e.nsamples)};
   } else if (count_samples) {
@@ -77,7 +105,15 @@ Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
 
 int RunVerify(const VerifyArgs& a) {
   std::string manifest = a.manifest;
-  if (!IsManifestUrl(manifest)) {
+  // JSON Lines rows (a file or a folder of them): no manifest, every row read.
+  std::optional<Manifest> rows;
+  if (!IsMdsIndexUrl(manifest)) {
+    ResolveOptions ro;
+    ro.learn_counts = false;
+    auto resolved = ResolveDataset({manifest}, ro);
+    if (resolved.ok() && resolved->shards.front().extra.count(kRowsFormatKey)) rows = std::move(*resolved);
+  }
+  if (!rows && !IsManifestUrl(manifest)) {
     // A folder: the manifest the writers leave in it, an MDS set's
     // index.json, or what to do.
     auto st = DefaultSource()->Stat(manifest);
@@ -98,7 +134,8 @@ int RunVerify(const VerifyArgs& a) {
   }
   // An MDS set's index.json gives sizes and counts (no checksums: its
   // optional hashes are not checked).
-  auto m = IsMdsIndexUrl(manifest) ? ReadMdsIndex(manifest) : ReadManifest(manifest);
+  auto m = rows ? Result<Manifest>(std::move(*rows))
+                : IsMdsIndexUrl(manifest) ? ReadMdsIndex(manifest) : ReadManifest(manifest);
   if (!m.ok()) {
     std::cerr << "verify: " << m.status() << "\n";
     return 1;
@@ -144,7 +181,8 @@ SHARDSTREAM_COMMAND(verify, [](CLI::App& app) {
   auto* sub = app.add_subcommand(
       "verify", "Check every shard of a manifest: size and checksum (exit 1 if any is bad)");
   sub->add_option("MANIFEST", args->manifest,
-                  "manifest.jsonl (or .csv/.json), or a folder holding manifest.jsonl")->required();
+                  "manifest.jsonl (or .csv/.json), a folder holding manifest.jsonl, an MDS set "
+                  "(index.json), or JSON Lines files (every row read)")->required();
   sub->add_option("--threads", args->threads, "Shards checked at once (0: one per core)");
   sub->add_flag("--samples", args->samples, "Also read each shard and check its sample count");
   sub->add_flag("--json", args->json, "Print the result as JSON");

@@ -72,7 +72,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
     ``urls``: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://),
     a brace pattern such as ``"shards/data-{000000..000099}.tar"``, one shard,
-    a directory or s3:// prefix of shards, or a list of these (docs/manifest.md).
+    a directory or s3:// prefix of shards, an MDS set, JSON Lines files read as rows,
+    or a list of these (docs/manifest.md, docs/formats.md).
     The keyword arguments are the :class:`shardstream.Loader` options, named as
     WebDataset and Streaming users know them (see ``__init__``); the less common
     ones (``mode``, ``shuffle_initial``, ``direct_reads``, ...; docs/options.md
@@ -139,11 +140,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
         """
         Args:
             urls: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://), a brace
-                pattern, a shard, a directory (s3:// prefix) of shards, or a list of these.
+                pattern, a shard, a directory (s3:// prefix) of shards, an MDS set, JSON Lines
+                files (rows), or a list of these.
             fields: the sample fields that become tensors: names (``"tokens.npy"``), dicts
                 (``{"name", "output", "decode", "dtype", "shape", "optional"}``) or
                 ``{output: name}``.
-            tokens: language-model token batches, e.g. ``{"field": "tokens.npy", "seq_len": 2048,
+            tokens: language-model token batches (a text field with ``"tokenizer": fn``),
+                e.g. ``{"field": "tokens.npy", "seq_len": 2048,
                 "layout": "pack", "eod_token": 0}``.
             batch_size: samples per batch [32]; None: single samples (for a DataLoader that
                 batches them).

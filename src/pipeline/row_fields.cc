@@ -1,0 +1,58 @@
+#include "pipeline/row_fields.h"
+
+#include "pipeline/first_sample.h"
+#include "shardstream/url.h"
+
+namespace shardstream::internal {
+namespace {
+
+const RowColumn* FindColumn(const std::vector<RowColumn>& columns, std::string_view name) {
+  for (const RowColumn& c : columns)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const Manifest& manifest) {
+  TarReaderOptions t;
+  t.source = o.source;
+  for (const ShardEntry& e : manifest.shards) {
+    if (!e.extra.count(kRowsFormatKey) || e.nsamples == 0) continue;
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto in, OpenForFields(o, e));
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, ReadJsonlColumns(std::move(in), t));
+    if (!columns.empty()) return columns;
+  }
+  return std::vector<RowColumn>{};
+}
+
+Status ResolveRowFields(const std::vector<RowColumn>& columns, LoaderOptions* opt) {
+  if (columns.empty()) return Status::OK();
+  for (FieldSpec& f : opt->fields) {
+    if (f.decode != FieldDecode::kAuto) continue;
+    std::string_view names = f.name;
+    while (true) {
+      const size_t semi = names.find(';');
+      if (const RowColumn* c = FindColumn(columns, names.substr(0, semi))) {
+        f.decode = RowFieldSpec(*c).decode;
+        break;
+      }
+      if (semi == std::string_view::npos) break;
+      names.remove_prefix(semi + 1);
+    }
+  }
+  if (const RowColumn* c = opt->tokens.field.empty() ? nullptr : FindColumn(columns, opt->tokens.field)) {
+    if (c->kind != JsonKind::kString)
+      return Status::Config("loader: tokens.field '" + c->name + "' is a JSON Lines column that holds " +
+                            (c->kind == JsonKind::kArray ? "an array" : "no text") +
+                            "; token batches are made of a text column and a tokenizer "
+                            "(tokens.tokenize), or of token shards (shardstream.convert)");
+    if (!opt->tokens.tokenize)
+      return Status::Config("loader: tokens.field '" + c->name + "' is a JSON Lines column of text; "
+                            "give a tokenizer to turn it into tokens (Python: tokens={'field': '" +
+                            c->name + "', 'tokenizer': fn}; C++: TokenOptions::tokenize)");
+  }
+  return Status::OK();
+}
+
+}  // namespace shardstream::internal
