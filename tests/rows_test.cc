@@ -281,6 +281,27 @@ TEST(RowsTest, ReaderSkipsAnOverlongLineInStepAndAByteOrderMark) {
   }
 }
 
+TEST(RowsTest, AKeyTwiceAmongManyIsFound) {
+  TempDir dir;
+  std::string many = "{", dup;
+  for (int k = 0; k < 40; ++k) many += (k ? ", \"k" : "\"k") + std::to_string(k) + "\": " + std::to_string(k);
+  dup = many + ", \"k17\": 1}\n";
+  many += "}\n";
+  WriteFile(dir.Join("m.jsonl"), many + dup);
+  TarReaderOptions o;
+  o.policy = ErrorPolicy::kSkipSample;
+  auto in = DefaultSource()->OpenInputStream(dir.Join("m.jsonl"));
+  ASSERT_TRUE(in.ok());
+  auto reader = OpenJsonlReader(std::move(*in), o);
+  ASSERT_TRUE(reader.ok());
+  Sample s;
+  ASSERT_TRUE(*(*reader)->Next(&s));
+  EXPECT_EQ(s.fields.size(), 40u);
+  EXPECT_FALSE(*(*reader)->Next(&s));
+  EXPECT_NE((*reader)->stats().last_error.ToString().find("the key 'k17' appears twice"), std::string::npos)
+      << (*reader)->stats().last_error.ToString();
+}
+
 TEST(RowsTest, AFolderHoldingAManifestUnderAnotherNameIsNoRows) {
   TempDir dir;
   WriteFile(dir.Join("shards.jsonl"), "{\"url\": \"a.tar\", \"nsamples\": 3}\n");
@@ -294,6 +315,19 @@ TEST(RowsTest, AFolderHoldingAManifestUnderAnotherNameIsNoRows) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   ASSERT_EQ(g->shards.size(), 1u);
   EXPECT_EQ(g->shards[0].url, "s.tar");
+}
+
+TEST(RowsTest, ParquetWithoutReadersSaysWhereItIsRead) {
+  TempDir dir;
+  WriteFile(dir.Join("t.parquet"), "PAR1 not really PAR1");
+  LoaderOptions o;
+  o.inputs = {dir.path()};
+  auto loader = Loader::Create(o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_EQ(loader.status().code(), StatusCode::kConfig);
+  EXPECT_NE(loader.status().ToString().find("read through pyarrow, from the Python package"),
+            std::string::npos)
+      << loader.status().ToString();
 }
 
 TEST(RowsTest, VerifyParsesEveryRowAndChecksTheIndex) {

@@ -7,6 +7,8 @@
 //   "data/" or "s3://b/data/"         a directory (prefix) of shards: its .tar,
 //                                     .tar.zst, .tar.gz files in name order
 //   "s3://b/mds-set/"                  an MDS set: a folder holding index.json (mds.h)
+//   "data/train.parquet"              Parquet rows, read by ResolveOptions::parquet (a
+//                                     folder of them too, when it holds no shards)
 //   "data/train.jsonl.zst"            JSON Lines rows (.jsonl, .jsonl.gz, .jsonl.zst; a .jsonl
 //                                     whose first line names a shard is a manifest): a
 //                                     folder of them too, when it holds no shards (rows.h)
@@ -32,6 +34,7 @@
 #include "shardstream/url.h"
 #include "shardstream/manifest.h"
 #include "shardstream/result.h"
+#include "shardstream/rows.h"
 #include "shardstream/source.h"
 
 namespace shardstream {
@@ -51,6 +54,9 @@ struct ResolveOptions {
   // Where built indexes are written and looked for after the sidecars
   // (LoaderOptions::index_dir). Default: "" (beside the shards).
   std::string index_dir;
+  // Counts the rows of Parquet files (LoaderOptions::parquet). Default: null
+  // (a Parquet input's count stays unknown).
+  const ParquetReaders* parquet = nullptr;
 };
 
 // IsManifestUrl and IsShardUrl (which input is which) are in url.h.

@@ -18,6 +18,7 @@
 #include "shardstream/decode.h"
 #include "shardstream/dtype.h"
 #include "shardstream/pinned_pool.h"
+#include "shardstream/rows.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/source.h"
 #include "shardstream/tar_reader.h"
@@ -142,6 +143,9 @@ struct LoaderOptions {
   // shard: a data folder that must stay untouched or is read-only. Indexes
   // are looked for beside the shards first, then here. Default: "" (beside).
   std::string index_dir;
+  // Readers of Parquet files (rows.h); the Python package sets them
+  // (pyarrow). Without them a Parquet input is a ConfigError. Default: none.
+  ParquetReaders parquet;
   // Where urls are opened. Default: null (DefaultSource()).
   Source* source = nullptr;
   // Shards are read through this node-local cache when set (shared with

@@ -1,5 +1,6 @@
-// JSON Lines read as rows: one line (a JSON object) is one sample, and its
-// top-level keys are the sample's fields. Files may be gzip- or
+// Rows: JSON Lines read here (one line, a JSON object, is one sample, and its
+// top-level keys are the sample's fields), Parquet by readers the embedding
+// gives (ParquetReaders, below). Files may be gzip- or
 // zstd-compressed (the bytes say). Blank lines are no rows.
 //
 // A rows file is a shard of the data set like any other: the plan splits its
@@ -28,6 +29,7 @@
 #define SHARDSTREAM_ROWS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -42,9 +44,13 @@
 
 namespace shardstream {
 
-// The ShardEntry::extra key (and its value) of a JSON Lines file.
+// The ShardEntry::extra key (and its values) of a rows file.
 inline constexpr const char* kRowsFormatKey = "rows";
 inline constexpr const char* kRowsJsonl = "jsonl";
+inline constexpr const char* kRowsParquet = "parquet";
+
+// True for a ".parquet" name (a query ignored).
+SHARDSTREAM_EXPORT bool IsParquetUrl(std::string_view url);
 
 // True for ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson.gz", ... :
 // names only data take. A plain ".jsonl" may also be a manifest
@@ -57,15 +63,37 @@ SHARDSTREAM_EXPORT bool IsCompressedRowsUrl(std::string_view url);
 // or a "url" beside an integer "nsamples"; "manifest.jsonl" is always one.
 SHARDSTREAM_EXPORT bool IsRowsFile(std::string_view url, std::string_view first_line);
 
-enum class JsonKind : uint8_t { kString, kInteger, kFloat, kBool, kNull, kObject, kArray };
+// A column's values: a JSON value's kind, or (Parquet) kBinary bytes, or
+// kUnsupported: a Parquet type that is not read.
+enum class JsonKind : uint8_t {
+  kString, kInteger, kFloat, kBool, kNull, kObject, kArray, kBinary, kUnsupported
+};
 
 struct RowColumn {
   std::string name;
   JsonKind kind = JsonKind::kString;
+  std::string type;  // kUnsupported: the file's type for it ("list<item: string>")
 };
 
 // The FieldSpec (decode) a column gets under kAuto, `name` kept.
 SHARDSTREAM_EXPORT FieldSpec RowFieldSpec(const RowColumn& column);
+
+// Parquet files are read by readers the embedding gives: the Python package
+// gives pyarrow's (the C++ library links no Arrow). Their fields are as a
+// JSON Lines row's: a string column's text, an integer's decimal text, a
+// float's or bool's JSON text, binary bytes; a null is an absent field. All
+// three are called from the loader's threads.
+struct ParquetReaders {
+  // The file's row count.
+  std::function<Result<int64_t>(const std::string& url, Source* source)> count_rows;
+  // Its columns.
+  std::function<Result<std::vector<RowColumn>>(const std::string& url, Source* source)> columns;
+  // A reader of its rows from row `first` on (keys "<file stem>/<row>").
+  std::function<Result<std::unique_ptr<TarReader>>(const std::string& url, Source* source,
+                                                    int64_t first)>
+      open;
+  explicit operator bool() const { return count_rows && columns && open; }
+};
 
 // Reads a JSON Lines file from `in` starting at row `first` (the rows
 // before it are passed over unparsed). `line` is the 1-based line the

@@ -219,8 +219,8 @@ class Loader:
     ``urls`` is a manifest (.jsonl, .csv, .json; local path, file://, http(s)://,
     s3://), a brace pattern such as ``"data-{000000..000099}.tar"``, one shard
     (.tar, .tar.zst, .tar.gz), a directory or s3:// prefix of shards, an MDS set
-    (a folder with index.json), JSON Lines files read as rows (.jsonl, .jsonl.gz,
-    .jsonl.zst: docs/formats.md), or a list of any of these. Without a manifest the sample counts are learned from the
+    (a folder with index.json), JSON Lines or Parquet files read as rows (.jsonl,
+    .jsonl.gz, .jsonl.zst, .parquet: docs/formats.md), or a list of any of these. Without a manifest the sample counts are learned from the
     shards' ``.idx`` sidecars (built and written for local shards that lack
     one: the first run reads them once), so the split stays exactly once. Each
     batch maps every field's output name to an array ``[batch, ...]`` (or a

@@ -18,6 +18,7 @@
 
 #include "shardstream/image.h"
 #include "shardstream/shard_cache.h"
+#include "parquet.h"
 #include "status_to_exception.h"
 
 namespace py = pybind11;
@@ -417,6 +418,7 @@ const std::vector<OptionRow>& OptionRows() {
 
 LoaderOptions LoaderOptionsFromDict(const py::dict& d) {
   LoaderOptions o;
+  o.parquet = MakeParquetReaders();  // pyarrow, imported when a Parquet file is read
   const auto& rows = OptionRows();
   for (auto item : d) {
     std::string k = py::str(item.first);

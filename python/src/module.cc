@@ -20,6 +20,7 @@ void RegisterImage(py::module_& m);
 void RegisterTransfer(py::module_& m);
 void RegisterManifest(py::module_& m);
 void RegisterSource(py::module_& m);
+void RegisterParquet(py::module_& m);
 }  // namespace shardstream::python
 
 PYBIND11_MODULE(_core, m) {
@@ -50,4 +51,5 @@ PYBIND11_MODULE(_core, m) {
   shardstream::python::RegisterTransfer(m);
   shardstream::python::RegisterManifest(m);
   shardstream::python::RegisterSource(m);
+  shardstream::python::RegisterParquet(m);
 }

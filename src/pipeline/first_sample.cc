@@ -50,7 +50,10 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
     }
     std::unique_ptr<TarReader> reader;
     const bool rows = e.extra.count(kRowsFormatKey) > 0;
-    if (rows) {
+    if (rows && e.extra.at(kRowsFormatKey) == kRowsParquet) {
+      if (!o.parquet) return Status::Config("loader: Parquet is read from the Python package (pyarrow)");
+      SHARDSTREAM_ASSIGN_OR_RETURN(reader, o.parquet.open(e.resolved.empty() ? e.url : e.resolved, o.source, 0));
+    } else if (rows) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto in, OpenForFields(o, e));
       SHARDSTREAM_ASSIGN_OR_RETURN(reader, OpenJsonlReader(std::move(in), t));
     } else if (o.cache != nullptr && o.cache->options().mode != CacheMode::kOff) {

@@ -177,6 +177,15 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
   // MDS and rows readers start at `at` themselves (MDS by its offsets table,
   // rows passing over lines unparsed).
   if (r.own_reader()) skip = 0;
+  if (r.parquet) {
+    // Parquet is read by its own reader (pyarrow's, from Python) through
+    // the source: the footer first, then the row groups from `at`'s on.
+    if (config_->parquet == nullptr || !*config_->parquet)
+      return Status::Config("Parquet file " + RedactUrl(r.ref.url) +
+                            ": Parquet is read from the Python package (pyarrow)");
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, config_->parquet->open(r.ref.url, config_->tar.source, at));
+    return Status::OK();
+  }
   // Samples from a stream of the shard's bytes, whatever its format.
   auto open = [&](std::unique_ptr<InputStream> stream) -> Result<std::unique_ptr<TarReader>> {
     if (!r.mds.empty()) return OpenMdsReader(std::move(stream), mds, config_->tar, at);

@@ -25,6 +25,7 @@
 #include "common/mutex.h"
 #include "shardstream/decode.h"
 #include "shardstream/export.h"
+#include "shardstream/rows.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
 #include "tar/direct_range.h"
@@ -46,8 +47,9 @@ struct LaneRange {
   int64_t index_offset = 0;
   // An MDS shard: its layout (FormatMdsLayout); empty for tar.
   std::string mds;
-  // A JSON Lines file (rows.h).
+  // A JSON Lines or (with parquet) a Parquet file (rows.h).
   bool rows = false;
+  bool parquet = false;
   // Read by a reader of its own that passes over what it skips (MDS, rows):
   // the range ends by sample number.
   bool own_reader() const { return rows || !mds.empty(); }
@@ -121,6 +123,8 @@ class MissingIndexes {
 
 struct LaneConfig {
   TarReaderOptions tar;
+  // Readers of Parquet files (LoaderOptions::parquet).
+  const ParquetReaders* parquet = nullptr;
   ShardCache* cache = nullptr;
   size_t ring = 256;
   // A lane stops reading ahead at `ring` samples or at this many bytes of

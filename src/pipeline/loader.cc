@@ -34,6 +34,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   ro.source = options.source;
   ro.learn_counts = options.learn_sample_counts;
   ro.index_dir = options.index_dir;
+  ro.parquet = &options.parquet;
   if (options.streams.empty()) {
     SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, ResolveDataset(inputs, ro));
   } else {

@@ -111,7 +111,10 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     const ShardEntry& entry = (*config_.shards)[static_cast<size_t>(r.shard)];
     lr.ref = ShardRef::FromEntry(entry);
     if (auto mds = entry.extra.find(kMdsLayoutKey); mds != entry.extra.end()) lr.mds = mds->second;
-    lr.rows = entry.extra.count(kRowsFormatKey) > 0;
+    if (auto rows = entry.extra.find(kRowsFormatKey); rows != entry.extra.end()) {
+      lr.rows = true;
+      lr.parquet = rows->second == kRowsParquet;
+    }
     ranges.push_back(std::move(lr));
   }
   LaneConfig lc;
@@ -121,6 +124,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
   lc.tar.build_index = false;  // the plan already knows where samples are
   lc.tar.source = opt_.source;
   lc.tar.index_dir = opt_.index_dir;
+  lc.parquet = &opt_.parquet;
   lc.cache = opt_.cache.get();
   lc.ring = static_cast<size_t>(std::max<int64_t>(opt_.shard_queue, 1));
   lc.ring_bytes = RingBytes(opt_);

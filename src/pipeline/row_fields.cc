@@ -18,7 +18,23 @@ Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const Manife
   TarReaderOptions t;
   t.source = o.source;
   for (const ShardEntry& e : manifest.shards) {
+    auto format = e.extra.find(kRowsFormatKey);
+    if (format == e.extra.end() || format->second != kRowsParquet) continue;
+    if (!o.parquet)
+      return Status(StatusCode::kConfig,
+                    "loader: " + RedactUrl(e.resolved.empty() ? e.url : e.resolved) +
+                        " is a Parquet file; Parquet is read through pyarrow, from the Python "
+                        "package (shardstream.Loader, ShardDataset): the C++ library reads "
+                        "tar, MDS and JSON Lines",
+                    RedactUrl(e.resolved.empty() ? e.url : e.resolved));
+  }
+  for (const ShardEntry& e : manifest.shards) {
     if (!e.extra.count(kRowsFormatKey) || e.nsamples == 0) continue;
+    if (e.extra.at(kRowsFormatKey) == kRowsParquet) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, o.parquet.columns(e.resolved.empty() ? e.url : e.resolved, o.source));
+      if (!columns.empty()) return columns;
+      continue;
+    }
     SHARDSTREAM_ASSIGN_OR_RETURN(auto in, OpenForFields(o, e));
     SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, ReadJsonlColumns(std::move(in), t));
     if (!columns.empty()) return columns;
@@ -29,14 +45,19 @@ Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const Manife
 Status ResolveRowFields(const std::vector<RowColumn>& columns, LoaderOptions* opt) {
   if (columns.empty()) return Status::OK();
   for (FieldSpec& f : opt->fields) {
-    if (f.decode != FieldDecode::kAuto) continue;
     std::string_view names = f.name;
     while (true) {
       const size_t semi = names.find(';');
-      if (const RowColumn* c = FindColumn(columns, names.substr(0, semi))) {
+      const RowColumn* c = FindColumn(columns, names.substr(0, semi));
+      if (c != nullptr && c->kind == JsonKind::kUnsupported)
+        return Status::Config("loader: field '" + c->name + "' is a Parquet column of type " + c->type +
+                              ", which is not read (strings, binary, integers, floats and bools "
+                              "are): cast it before writing, or convert the data set");
+      if (c != nullptr && f.decode == FieldDecode::kAuto) {
         f.decode = RowFieldSpec(*c).decode;
         break;
       }
+      if (c != nullptr) break;
       if (semi == std::string_view::npos) break;
       names.remove_prefix(semi + 1);
     }

@@ -38,8 +38,13 @@ ShardEntry EntryFor(const std::string& url) {
 
 ShardEntry RowsEntryFor(const std::string& url) {
   ShardEntry e = EntryFor(url);
-  e.extra[kRowsFormatKey] = kRowsJsonl;
+  e.extra[kRowsFormatKey] = IsParquetUrl(url) ? kRowsParquet : kRowsJsonl;
   return e;
+}
+
+bool IsParquetEntry(const ShardEntry& e) {
+  auto it = e.extra.find(kRowsFormatKey);
+  return it != e.extra.end() && it->second == kRowsParquet;
 }
 
 bool IsRowsEntry(const ShardEntry& e) { return e.extra.count(kRowsFormatKey) > 0; }
@@ -95,7 +100,7 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
   std::string manifest, mds_index;
   std::vector<ShardEntry> rows;
   for (const FileInfo& f : files) {
-    if (!f.is_dir && IsRowsName(f.url)) rows.push_back(RowsEntryFor(f.url));
+    if (!f.is_dir && (IsRowsName(f.url) || IsParquetUrl(f.url))) rows.push_back(RowsEntryFor(f.url));
     if (!f.is_dir && UrlBasename(f.url) == kWrittenManifestName) manifest = f.url;
     if (!f.is_dir && IsMdsIndexUrl(f.url)) mds_index = f.url;
     if (f.is_dir || !IsShardUrl(f.url)) continue;
@@ -110,7 +115,12 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
     // the first says it is a manifest under another name.
     std::sort(rows.begin(), rows.end(),
               [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
-    SHARDSTREAM_ASSIGN_OR_RETURN(bool holds_rows, HoldsRows(rows.front().resolved, o));
+    bool holds_rows = true;
+    for (const ShardEntry& e : rows)
+      if (!IsParquetEntry(e)) {
+        SHARDSTREAM_ASSIGN_OR_RETURN(holds_rows, HoldsRows(e.resolved, o));
+        break;
+      }
     if (holds_rows) return rows;
   }
   if (manifest.empty() && out.empty() && !mds_index.empty()) {
@@ -164,11 +174,16 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
     if (rc == 0)
       for (size_t i = 0; i < g.gl_pathc; ++i) {
         if (IsShardUrl(g.gl_pathv[i])) matched.emplace_back(g.gl_pathv[i]);
-        if (IsRowsName(g.gl_pathv[i])) rows.emplace_back(g.gl_pathv[i]);
+        if (IsRowsName(g.gl_pathv[i]) || IsParquetUrl(g.gl_pathv[i])) rows.emplace_back(g.gl_pathv[i]);
       }
     ::globfree(&g);
     if (matched.empty() && !rows.empty()) {
-      SHARDSTREAM_ASSIGN_OR_RETURN(bool holds_rows, HoldsRows(rows.front(), o));
+      bool holds_rows = true;
+      for (const std::string& r : rows)
+        if (!IsParquetUrl(r)) {
+          SHARDSTREAM_ASSIGN_OR_RETURN(holds_rows, HoldsRows(r, o));
+          break;
+        }
       if (holds_rows) {
         for (const std::string& m : rows) out->push_back(RowsEntryFor(m));
         return Status::OK();
@@ -206,7 +221,7 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
       return Status::OK();
     }
   }
-  if (IsCompressedRowsUrl(input)) {
+  if (IsCompressedRowsUrl(input) || IsParquetUrl(input)) {
     out->push_back(RowsEntryFor(input));
     return Status::OK();
   }
@@ -241,8 +256,8 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
         return listed.status();
       if (st.ok())
         return Status(StatusCode::kNotFound,
-                      "data set: no shards (.tar, .tar.zst, .tar.gz, .tgz), MDS index.json or "
-                      "JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst) in directory " +
+                      "data set: no shards (.tar, .tar.zst, .tar.gz, .tgz), MDS index.json, "
+                      "JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files in directory " +
                           RedactUrl(input),
                       RedactUrl(input));
       return st.status();
@@ -266,6 +281,21 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
     for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
       ShardEntry& e = m->shards[todo[k]];
       const std::string& url = e.resolved.empty() ? e.url : e.resolved;
+      if (IsParquetEntry(e)) {
+        // Parquet keeps its row count in its footer: no index needed.
+        if (o.parquet == nullptr || !*o.parquet) {
+          ++unknown;
+          continue;
+        }
+        auto rows = o.parquet->count_rows(url, o.source);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!rows.ok()) {
+          if (first_error.ok()) first_error = rows.status().WithContext("data set: reading the footer of " + RedactUrl(url), RedactUrl(url));
+          continue;
+        }
+        e.nsamples = *rows;
+        continue;
+      }
       if (!MayHaveIndex(url)) {
         ++unknown;
         continue;

@@ -3,7 +3,6 @@
 // handed out as views of the read buffer.
 #include <algorithm>
 #include <cstring>
-#include <unordered_set>
 
 #include "common/log.h"
 #include "rows/json_row.h"
@@ -248,7 +247,6 @@ class JsonlReader final : public internal::JsonlRows {
     std::snprintf(num, sizeof(num), "%09lld", static_cast<long long>(row));
     s->key = stem_ + "/" + num;
     columns_.clear();
-    names_.clear();
     // Escaped values are written out once per row into one buffer, sized
     // first so the views into it stay put.
     size_t escaped = 0;
@@ -266,8 +264,6 @@ class JsonlReader final : public internal::JsonlRows {
       } else {
         f.name.assign(m.key);
       }
-      if (!names_.insert(f.name).second)
-        return Corrupt(row, at + m.value_at, "the key '" + f.name + "' appears twice");
       f.offset = at + m.value_at;
       if (m.value_escaped) {
         const size_t from = unescaped->size();
@@ -278,8 +274,24 @@ class JsonlReader final : public internal::JsonlRows {
         f.data = m.value;
         f.owner = owner;
       }
-      columns_.push_back(RowColumn{f.name, m.kind});
+      columns_.push_back(RowColumn{f.name, m.kind, {}});
       s->fields.push_back(std::move(f));
+    }
+    // A key twice: pairs for a few keys, sorted names for many (a hostile
+    // line of 100,000 keys stays n log n).
+    const std::vector<Field>& fs = s->fields;
+    if (fs.size() <= 16) {
+      for (size_t a = 1; a < fs.size(); ++a)
+        for (size_t b = 0; b < a; ++b)
+          if (fs[a].name == fs[b].name)
+            return Corrupt(row, fs[a].offset, "the key '" + fs[a].name + "' appears twice");
+    } else {
+      names_.clear();
+      for (const Field& f : fs) names_.push_back(f.name);
+      std::sort(names_.begin(), names_.end());
+      for (size_t a = 1; a < names_.size(); ++a)
+        if (names_[a] == names_[a - 1])
+          return Corrupt(row, at, "the key '" + std::string(names_[a]) + "' appears twice");
     }
     return Status::OK();
   }
@@ -292,7 +304,7 @@ class JsonlReader final : public internal::JsonlRows {
   std::unique_ptr<internal::ChunkReader> chunks_;
   std::vector<JsonMember> members_;
   std::vector<RowColumn> columns_;
-  std::unordered_set<std::string> names_;  // of the row being split: a key twice is an error
+  std::vector<std::string_view> names_;  // of the row being split, sorted: a key twice is an error
   int64_t next_row_ = 0;
   int64_t line_ = 1;     // of the line last read; 0 when unknown
   bool counted_ = false;  // a line was read, so the next is one further
@@ -326,6 +338,8 @@ Result<std::unique_ptr<JsonlReader>> Open(std::unique_ptr<InputStream> in,
 }
 
 }  // namespace
+
+bool IsParquetUrl(std::string_view url) { return EndsWith(LowerName(url), ".parquet"); }
 
 bool IsCompressedRowsUrl(std::string_view url) {
   const std::string name = LowerName(url);
@@ -363,6 +377,7 @@ FieldSpec RowFieldSpec(const RowColumn& column) {
   f.name = column.name;
   f.decode = column.kind == JsonKind::kString    ? FieldDecode::kString
              : column.kind == JsonKind::kInteger ? FieldDecode::kLabel
+             : column.kind == JsonKind::kBinary  ? FieldDecode::kBytes
                                                  : FieldDecode::kJson;
   return f;
 }

@@ -9,13 +9,13 @@ import collections
 import gzip
 import json
 import os
-import pickle
 
 import pytest
 import zstandard
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import shardstream
+from resume_check import delivered_over_two_ranks
 from shardstream.torch import ShardDataset, passthrough
 
 N = 120  # rows over three files
@@ -67,23 +67,7 @@ def make_ds(path, rank, **kw):
 
 
 def test_two_ranks_two_workers_resume_exactly_once(rows_dir):
-    delivered = []
-    for rank in range(2):
-        ds = make_ds(rows_dir, rank)
-        sdl = StatefulDataLoader(ds, batch_size=None, num_workers=2, collate_fn=passthrough)
-        it = iter(sdl)
-        before = [int(x) for _ in range(3) for x in next(it)["id"]]
-        state = pickle.loads(pickle.dumps(sdl.state_dict()))
-        next(it)  # lost with the "crash"
-        del it, sdl
-        ds.close()
-        ds = make_ds(rows_dir, rank)
-        sdl = StatefulDataLoader(ds, batch_size=None, num_workers=2, collate_fn=passthrough)
-        sdl.load_state_dict(state)
-        after = [int(x) for b in sdl for x in b["id"]]
-        ds.close()
-        assert not set(before) & set(after)
-        delivered += before + after
+    delivered = delivered_over_two_ranks(lambda rank: make_ds(rows_dir, rank), "id", 3)
     counts = collections.Counter(delivered)
     assert set(counts) == set(range(N))
     assert max(counts.values()) == 1

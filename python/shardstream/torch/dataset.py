@@ -72,7 +72,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
     ``urls``: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://),
     a brace pattern such as ``"shards/data-{000000..000099}.tar"``, one shard,
-    a directory or s3:// prefix of shards, an MDS set, JSON Lines files read as rows,
+    a directory or s3:// prefix of shards, an MDS set, JSON Lines or Parquet files (rows),
     or a list of these (docs/manifest.md, docs/formats.md).
     The keyword arguments are the :class:`shardstream.Loader` options, named as
     WebDataset and Streaming users know them (see ``__init__``); the less common
@@ -141,7 +141,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         Args:
             urls: a manifest (.jsonl/.csv/.json; path, file://, http(s)://, s3://), a brace
                 pattern, a shard, a directory (s3:// prefix) of shards, an MDS set, JSON Lines
-                files (rows), or a list of these.
+                or Parquet files (rows), or a list of these.
             fields: the sample fields that become tensors: names (``"tokens.npy"``), dicts
                 (``{"name", "output", "decode", "dtype", "shape", "optional"}``) or
                 ``{output: name}``.
