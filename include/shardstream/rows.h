@@ -88,9 +88,10 @@ struct ParquetReaders {
   std::function<Result<int64_t>(const std::string& url, Source* source)> count_rows;
   // Its columns.
   std::function<Result<std::vector<RowColumn>>(const std::string& url, Source* source)> columns;
-  // A reader of its rows from row `first` on (keys "<file stem>/<row>").
+  // A reader of its rows from row `first` on (keys "<file stem>/<row>"),
+  // skipping the rest of a damaged file under a skip `policy`.
   std::function<Result<std::unique_ptr<TarReader>>(const std::string& url, Source* source,
-                                                    int64_t first)>
+                                                    int64_t first, ErrorPolicy policy)>
       open;
   explicit operator bool() const { return count_rows && columns && open; }
 };

@@ -16,15 +16,20 @@ _BATCH_ROWS = 1024  # rows per record batch handed to the loader
 
 def _pq():
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as e:  # pragma: no cover - pyarrow is a test dependency
-        raise ConfigError("reading Parquet needs pyarrow: pip install pyarrow") from e
+        raise ConfigError("reading Parquet needs pyarrow (14 or later): pip install pyarrow") from e
+    if not hasattr(pa.RecordBatchReader, "__arrow_c_stream__"):  # pragma: no cover
+        raise ConfigError(f"reading Parquet needs pyarrow 14 or later (the Arrow C stream "
+                          f"interface); this is pyarrow {pa.__version__}")
     return pq
 
 
 def _file(source_file: Any):
+    pq = _pq()
     import pyarrow as pa
-    return _pq().ParquetFile(pa.PythonFile(source_file, mode="r"))
+    return pq.ParquetFile(pa.PythonFile(source_file, mode="r"))
 
 
 def _kind(t: Any) -> str:

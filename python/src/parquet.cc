@@ -93,6 +93,7 @@ class SourceFile {
       }
       if (got.ok()) got = done;
     }
+    if (!got.ok()) last_error_ = got.status();
     const size_t done = ValueOrThrow(std::move(got));
     if (done < buf.size())
       ThrowStatus(Status(StatusCode::kCorrupt, "file " + RedactUrl(url_) + " ended at byte " +
@@ -110,28 +111,39 @@ class SourceFile {
   int64_t Tell() const { return pos_; }
   int64_t Size() const { return size_; }
   const std::string& url() const { return url_; }
+  // The Source's error behind the last failed read (pyarrow passes on only
+  // its text through the C stream interface).
+  const Status& last_error() const { return last_error_; }
 
  private:
   std::string url_;
+  Status last_error_;
   std::unique_ptr<RandomAccessFile> file_;
   int64_t size_ = 0;
   int64_t pos_ = 0;
 };
 
 // Status from a Python exception raised reading `url`: shardstream's own
-// errors keep their kind (a read through the Source failed), anything else
-// (pyarrow's) is the file's defect.
+// errors keep their kind (a read through the Source failed), pyarrow's own
+// (ArrowException: not Parquet, a damaged page) are the file's defect, and
+// anything else (a missing module, a bug) is no defect of the data.
 Status StatusFromPython(py::error_already_set& e, const std::string& url, const std::string& what) {
-  StatusCode code = StatusCode::kCorrupt;
+  StatusCode code = StatusCode::kConfig;
   if (py::hasattr(e.value(), "kind")) {
     const std::string kind = py::str(e.value().attr("kind"));
     if (kind == "io") code = StatusCode::kIo;
+    else if (kind == "corrupt") code = StatusCode::kCorrupt;
     else if (kind == "unavailable") code = StatusCode::kUnavailable;
-    else if (kind == "not_found") code = StatusCode::kNotFound;
+    else if (kind == "not-found") code = StatusCode::kNotFound;
     else if (kind == "auth") code = StatusCode::kAuth;
     else if (kind == "config") code = StatusCode::kConfig;
     else if (kind == "cancelled") code = StatusCode::kCancelled;
     else if (kind == "checksum") code = StatusCode::kChecksum;
+  } else {
+    try {
+      if (e.matches(py::module_::import("pyarrow").attr("ArrowException"))) code = StatusCode::kCorrupt;
+    } catch (py::error_already_set&) {
+    }
   }
   return Status(code, "Parquet file " + RedactUrl(url) + ": " + what + ": " + e.what(), RedactUrl(url));
 }
@@ -160,8 +172,10 @@ bool ValidAt(const ArrowArray* c, int64_t i) {
 
 class ArrowRowsReader final : public TarReader {
  public:
-  ArrowRowsReader(std::string url, py::object owner, ArrowArrayStream stream, int64_t first)
-      : url_(RedactUrl(url)), stem_(Stem(url)), owner_(std::move(owner)), stream_(stream), row_(first) {}
+  ArrowRowsReader(std::string url, py::object owner, std::shared_ptr<SourceFile> file,
+                  ArrowArrayStream stream, int64_t first, ErrorPolicy policy)
+      : url_(RedactUrl(url)), stem_(Stem(url)), owner_(std::move(owner)), file_(std::move(file)),
+        stream_(stream), row_(first), policy_(policy) {}
 
   ~ArrowRowsReader() override {
     py::gil_scoped_acquire gil;
@@ -187,7 +201,18 @@ class ArrowRowsReader final : public TarReader {
       auto batch = std::make_shared<Batch>();
       {
         py::gil_scoped_acquire gil;
-        if (stream_.get_next(&stream_, &batch->array) != 0) return error_ = StreamError("a row group");
+        if (stream_.get_next(&stream_, &batch->array) != 0) {
+          Status st = file_->last_error().ok() ? StreamError("a row group") : file_->last_error();
+          done_ = true;
+          // Only the file's own defects are skipped (as TarReader does).
+          if (policy_ != ErrorPolicy::kRaise &&
+              (st.code() == StatusCode::kCorrupt || st.code() == StatusCode::kChecksum)) {
+            ++stats_.skipped_shards;
+            stats_.last_error = st;
+            return false;
+          }
+          return error_ = st;
+        }
       }
       if (batch->array.release == nullptr) {
         done_ = true;
@@ -269,7 +294,7 @@ class ArrowRowsReader final : public TarReader {
           case 'I': n = std::snprintf(buf, sizeof(buf), "%" PRIu32, static_cast<const uint32_t*>(v)[j]); break;
           case 'l': n = std::snprintf(buf, sizeof(buf), "%" PRId64, static_cast<const int64_t*>(v)[j]); break;
           case 'L': n = std::snprintf(buf, sizeof(buf), "%" PRIu64, static_cast<const uint64_t*>(v)[j]); break;
-          case 'f': n = std::snprintf(buf, sizeof(buf), "%.9g", static_cast<const float*>(v)[j]); break;
+          case 'f': n = std::snprintf(buf, sizeof(buf), "%.17g", static_cast<double>(static_cast<const float*>(v)[j])); break;
           case 'g': n = std::snprintf(buf, sizeof(buf), "%.17g", static_cast<const double*>(v)[j]); break;
           default:
             return Status(StatusCode::kConfig, "Parquet file " + url_ + ": column '" + names_[k] +
@@ -280,6 +305,7 @@ class ArrowRowsReader final : public TarReader {
           // JSON has no inf or nan; Python's json reads these spellings.
           if (std::strstr(buf, "inf")) n = std::snprintf(buf, sizeof(buf), buf[0] == '-' ? "-Infinity" : "Infinity");
           else if (std::strstr(buf, "nan")) n = std::snprintf(buf, sizeof(buf), "NaN");
+          else if (!std::strpbrk(buf, ".e")) n = std::snprintf(buf + n, sizeof(buf) - n, ".0") + n;  // 1.0 stays a float
         }
         const size_t from = text->size();
         text->append(buf, static_cast<size_t>(n));
@@ -294,12 +320,14 @@ class ArrowRowsReader final : public TarReader {
   std::string url_;
   std::string stem_;
   py::object owner_;  // the pyarrow reader behind the stream
+  std::shared_ptr<SourceFile> file_;
   ArrowArrayStream stream_;
   ArrowSchema schema_{};
   std::vector<std::string> names_, formats_;
   std::shared_ptr<Batch> batch_;
   int64_t at_ = 0;   // row in the batch
   int64_t row_ = 0;  // row in the file
+  ErrorPolicy policy_;
   bool done_ = false;
   Status error_;
   TarStats stats_;
@@ -317,6 +345,8 @@ ParquetReaders MakeParquetReaders() {
       return ParquetModule().attr("count_rows")(py::cast(file)).cast<int64_t>();
     } catch (py::error_already_set& e) {
       return StatusFromPython(e, url, "reading its footer");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kConfig, "Parquet file " + RedactUrl(url) + ": " + e.what(), RedactUrl(url));
     }
   };
   r.columns = [](const std::string& url, Source* source) -> Result<std::vector<RowColumn>> {
@@ -342,9 +372,12 @@ ParquetReaders MakeParquetReaders() {
       return out;
     } catch (py::error_already_set& e) {
       return StatusFromPython(e, url, "reading its schema");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kConfig, "Parquet file " + RedactUrl(url) + ": " + e.what(), RedactUrl(url));
     }
   };
-  r.open = [](const std::string& url, Source* source, int64_t first) -> Result<std::unique_ptr<TarReader>> {
+  r.open = [](const std::string& url, Source* source, int64_t first,
+              ErrorPolicy policy) -> Result<std::unique_ptr<TarReader>> {
     py::gil_scoped_acquire gil;
     try {
       auto file = std::make_shared<SourceFile>(url, source);
@@ -354,7 +387,7 @@ ParquetReaders MakeParquetReaders() {
       if (src == nullptr) throw py::error_already_set();
       ArrowArrayStream stream = *src;
       src->release = nullptr;  // moved: the capsule no longer owns it
-      auto out = std::make_unique<ArrowRowsReader>(url, py::make_tuple(reader, py::cast(file)), stream, first);
+      auto out = std::make_unique<ArrowRowsReader>(url, reader, file, stream, first, policy);
       {
         py::gil_scoped_release nogil;
         Status st = out->Start();
@@ -363,6 +396,8 @@ ParquetReaders MakeParquetReaders() {
       return std::unique_ptr<TarReader>(std::move(out));
     } catch (py::error_already_set& e) {
       return StatusFromPython(e, url, "opening it at row " + std::to_string(first));
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kConfig, "Parquet file " + RedactUrl(url) + ": " + e.what(), RedactUrl(url));
     }
   };
   return r;

@@ -52,7 +52,7 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
     const bool rows = e.extra.count(kRowsFormatKey) > 0;
     if (rows && e.extra.at(kRowsFormatKey) == kRowsParquet) {
       if (!o.parquet) return Status::Config("loader: Parquet is read from the Python package (pyarrow)");
-      SHARDSTREAM_ASSIGN_OR_RETURN(reader, o.parquet.open(e.resolved.empty() ? e.url : e.resolved, o.source, 0));
+      SHARDSTREAM_ASSIGN_OR_RETURN(reader, o.parquet.open(e.resolved.empty() ? e.url : e.resolved, o.source, 0, ErrorPolicy::kRaise));
     } else if (rows) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto in, OpenForFields(o, e));
       SHARDSTREAM_ASSIGN_OR_RETURN(reader, OpenJsonlReader(std::move(in), t));

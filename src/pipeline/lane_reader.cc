@@ -183,7 +183,7 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     if (config_->parquet == nullptr || !*config_->parquet)
       return Status::Config("Parquet file " + RedactUrl(r.ref.url) +
                             ": Parquet is read from the Python package (pyarrow)");
-    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, config_->parquet->open(r.ref.url, config_->tar.source, at));
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, config_->parquet->open(r.ref.url, config_->tar.source, at, config_->tar.policy));
     return Status::OK();
   }
   // Samples from a stream of the shard's bytes, whatever its format.

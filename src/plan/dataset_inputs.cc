@@ -221,7 +221,12 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
       return Status::OK();
     }
   }
-  if (IsCompressedRowsUrl(input) || IsParquetUrl(input)) {
+  // A ".parquet" may be a folder of part files (Spark writes them so).
+  if (IsCompressedRowsUrl(input) ||
+      (IsParquetUrl(input) && [&] {
+        auto st = SourceOf(o).Stat(input);
+        return !(st.ok() && st->is_dir);
+      }())) {
     out->push_back(RowsEntryFor(input));
     return Status::OK();
   }

@@ -72,7 +72,12 @@ Verdict CheckRows(const ShardEntry& e) {
 }
 
 Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
-  if (e.extra.count(kRowsFormatKey)) return CheckRows(e);
+  if (auto rows = e.extra.find(kRowsFormatKey); rows != e.extra.end()) {
+    if (rows->second == kRowsParquet)
+      return {false, "a Parquet file: pyarrow reads it (python -c \"import pyarrow.parquet as pq; "
+                     "pq.read_table('FILE')\"), this tool does not"};
+    return CheckRows(e);
+  }
   std::string algo = e.checksum.empty() ? "xxh3_128" : e.checksum.substr(0, e.checksum.find(':'));
   auto d = cache != nullptr && cache->options().mode != CacheMode::kOff
                ? DigestCached(*cache, e, algo)

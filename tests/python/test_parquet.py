@@ -26,6 +26,7 @@ def table(lo, hi):
         "id": pa.array(ids, pa.int64()),
         "text": [f"row {i} é \"q\"" if i % 17 else None for i in ids],
         "score": pa.array([i / 8 for i in ids], pa.float64()),
+        "f32": pa.array([i / 10 for i in ids], pa.float32()),
         "small": pa.array([i % 100 for i in ids], pa.int8()),
         "flag": [i % 3 == 0 for i in ids],
         "blob": pa.array([bytes([i % 256]) * (i % 5) for i in ids], pa.binary()),
@@ -44,8 +45,8 @@ def pq_dir(tmp_path_factory):
 def test_values_match_pyarrow(pq_dir):
     want = {r["id"]: r for k in range(3)
             for r in pq.read_table(os.path.join(pq_dir, f"part-{k}.parquet")).to_pylist()}
-    ds = ShardDataset(pq_dir, fields=["id", {"name": "text", "optional": True}, "score", "small", "flag",
-                                      "blob", "big"], batch_size=16, shuffle=False)
+    ds = ShardDataset(pq_dir, fields=["id", {"name": "text", "optional": True}, "score", "f32", "small",
+                                      "flag", "blob", "big"], batch_size=16, shuffle=False)
     seen = 0
     for b in ds:
         for k in range(len(b["id"])):
@@ -55,7 +56,8 @@ def test_values_match_pyarrow(pq_dir):
                 assert not bool(b["text.present"][k])
             else:
                 assert b["text"][k] == w["text"]
-            assert b["score"][k] == w["score"]
+            assert b["score"][k] == w["score"] and type(b["score"][k]) is float  # 1.0 too
+            assert b["f32"][k] == w["f32"]  # the float32's value, as pyarrow gives it
             assert int(b["small"][k]) == w["small"]
             assert b["flag"][k] is w["flag"]
             assert bytes(b["blob"][k]) == w["blob"]
@@ -74,6 +76,32 @@ def test_two_ranks_two_workers_resume_exactly_once(pq_dir):
     counts = collections.Counter(delivered)
     assert set(counts) == set(range(N))
     assert max(counts.values()) == 1
+
+
+def test_a_folder_named_like_a_file(tmp_path, pq_dir):
+    """Spark writes "out.parquet/" folders of part files."""
+    import shutil
+    shutil.copytree(pq_dir, tmp_path / "out.parquet")
+    ds = ShardDataset(str(tmp_path / "out.parquet"), fields=["id"], batch_size=50)
+    assert sorted(int(x) for b in ds for x in b["id"]) == list(range(N))
+
+
+def test_a_damaged_row_group(tmp_path):
+    """A row group whose compressed bytes are damaged: a CorruptError naming the file, or under
+    skip_shard the rest of the file skipped and counted."""
+    p = tmp_path / "c.parquet"
+    pq.write_table(table(0, 100), p, row_group_size=25, compression="zstd")
+    chunk = pq.ParquetFile(p).metadata.row_group(2).column(1)  # the text of rows 50..74
+    b = bytearray(p.read_bytes())
+    for k in range(chunk.data_page_offset + 20, chunk.data_page_offset + 60):
+        b[k] ^= 0x5A
+    p.write_bytes(bytes(b))
+    with pytest.raises(shardstream.CorruptError, match=r"Parquet file .*c.parquet: reading a row group"):
+        list(ShardDataset(str(p), fields=["id", "text"], batch_size=10, shuffle=False))
+    ds = ShardDataset(str(p), fields=["id", "text"], batch_size=10, shuffle=False, error_policy="skip_shard")
+    got = [int(x) for b in ds for x in b["id"]]
+    assert got == list(range(len(got))) and len(got) <= 50
+    assert ds.stats()["skipped_shards"] == 1
 
 
 def test_from_s3(pq_dir, moto_s3):
