@@ -348,5 +348,20 @@ TEST(RowsTest, VerifyParsesEveryRowAndChecksTheIndex) {
   EXPECT_NE(out.find("e.jsonl, line 2 (byte 16)"), std::string::npos) << out;
 }
 
+TEST(RowsTest, IndexCommandWritesARowIndexThatGivesTheCount) {
+  TempDir dir;
+  WriteSet(dir);
+  std::string out;
+  ASSERT_EQ(testing::RunCommand(testing::CliPath() + " index " + dir.Join("b.jsonl.gz"), &out), 0) << out;
+  EXPECT_NE(out.find("7 samples (rows)"), std::string::npos) << out;
+  // Counts from the written indexes only (nothing built): b's is there, the others' not.
+  ResolveOptions ro;
+  ro.build_indexes = false;
+  auto m = ResolveDataset({dir.path()}, ro);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->shards[0].nsamples, -1);
+  EXPECT_EQ(m->shards[1].nsamples, 7);
+}
+
 }  // namespace
 }  // namespace shardstream

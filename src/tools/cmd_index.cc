@@ -1,11 +1,16 @@
 // shardstream index SHARD...: writes <shard>.idx, the sample index that lets
-// a reader open an uncompressed shard at any sample.
+// a reader open an uncompressed shard at any sample; for a JSON Lines file
+// (.jsonl, .ndjson, compressed or not) its row index, which gives a remote
+// file's row count to the plan (exact splits) without reading it.
+#include <cctype>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "shardstream/rows.h"
 #include "shardstream/tar_reader.h"
+#include "shardstream/url.h"
 #include "tools/command.h"
 #include "tools/tar_tool_util.h"
 
@@ -23,7 +28,11 @@ int RunIndex(const IndexArgs& a) {
   int rc = 0;
   ParallelFor(a.shards.size(), a.threads, [&](size_t i) {
     const std::string& url = a.shards[i];
-    auto index = BuildSampleIndex(url);
+    std::string name = UrlBasename(url.substr(0, url.find('?')));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool rows = IsCompressedRowsUrl(url) || (name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0) ||
+                      (name.size() > 7 && name.compare(name.size() - 7, 7, ".ndjson") == 0);
+    auto index = rows ? BuildJsonlIndex(url) : BuildSampleIndex(url);
     Status st = index.ok() ? WriteSampleIndex(*index, url) : index.status();
     std::lock_guard<std::mutex> lock(mu);
     if (!st.ok()) {
@@ -44,6 +53,7 @@ int RunIndex(const IndexArgs& a) {
                 << "\n";
     } else {
       std::cout << IndexUrlFor(url) << ": " << index->samples.size() << " samples"
+                << (rows ? " (rows)" : "")
                 << (index->compressed ? " (compressed: OpenAt reads from the start)" : "")
                 << "\n";
     }
@@ -56,7 +66,8 @@ int RunIndex(const IndexArgs& a) {
 SHARDSTREAM_COMMAND(index, [](CLI::App& app) {
   auto args = std::make_shared<IndexArgs>();
   auto* sub = app.add_subcommand("index", "Write <shard>.idx sample indexes (random access)");
-  sub->add_option("SHARD", args->shards, "Shards to index (paths or quoted brace patterns)")->required();
+  sub->add_option("SHARD", args->shards,
+                  "Shards or JSON Lines files to index (paths or quoted brace patterns)")->required();
   sub->add_option("--threads", args->threads, "Parallel shards (0: one per core)");
   sub->add_flag("--json", args->json, "One JSON object per shard");
   sub->callback([args] {
