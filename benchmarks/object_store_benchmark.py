@@ -26,9 +26,12 @@ data in the same run, each in a fresh process (peak RSS, CPU seconds/GB):
   * boto3's download manager: download_fileobj of every object in turn with
     the default TransferConfig (8 MiB parts, 10 threads);
   * time to the first batch from a cold big shard, with and without cache_dir;
+  * each epoch ends with its last batch (or object): MB/s to there, and apart
+    from it what close() or a DataLoader's teardown takes after it (close_s: a
+    cache's last fsync and rename) and the MB/s with it;
   * the peak RSS of a process that only imports torch and shardstream (the
     baseline the in-flight budget, 512 MiB, adds to).
-Prints one JSON object. Usage (after `bash scripts/setup.sh`, `pip install .`
+--shards 0 runs the big set only. Prints one JSON object. Usage (after `bash scripts/setup.sh`, `pip install .`
 and `pip install s3torchconnector==1.5.0`; boto3 comes with the test tools):
   .venv/bin/python benchmarks/object_store_benchmark.py --runs 3
 """
@@ -36,6 +39,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -138,7 +142,7 @@ import json, os, resource, sys, tempfile, time, shutil
 cfg = json.loads(sys.argv[1])
 mode = cfg["mode"]
 t0 = c0 = None
-first = None
+first = last = None
 samples = 0
 nbytes = 0
 ts = None
@@ -163,9 +167,11 @@ if mode in ("s3torch", "s3torch_dataloader", "boto3"):
                                             enable_sharding=mode == "s3torch_dataloader")
         if mode == "s3torch":
             nbytes = sum(ds)
+            last = time.perf_counter() - t0
         else:  # its README's training setup: a DataLoader, a worker per core
             loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=os.cpu_count())
             nbytes = sum(int(n) for n in loader)
+            last = time.perf_counter() - t0
             del loader  # the workers exit: their CPU time and RSS are counted below
     else:
         import boto3
@@ -181,6 +187,7 @@ if mode in ("s3torch", "s3torch_dataloader", "boto3"):
         for uri in cfg["uris"]:
             bucket, key = uri[len("s3://"):].split("/", 1)
             s3.download_fileobj(bucket, key, Null())
+        last = time.perf_counter() - t0
 else:
     import shardstream
     from shardstream.torch import ShardDataset
@@ -197,15 +204,18 @@ else:
                 if mode == "first":
                     break
             samples += batch["tokens.npy"].shape[0]
+    last = time.perf_counter() - t0
     ts = shardstream.transfer_stats()
     ds.close()
     if cache:
         shutil.rmtree(cache, ignore_errors=True)
 secs = time.perf_counter() - t0
+if last is None:
+    last = secs
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # DataLoader workers, once they exit
 cpu = time.process_time() - c0 + kids.ru_utime + kids.ru_stime
 rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, kids.ru_maxrss) / 1024
-print(json.dumps({"seconds": secs, "first_batch_s": first, "samples": samples, "cpu_s": cpu,
+print(json.dumps({"seconds": secs, "last_batch_s": last, "first_batch_s": first, "samples": samples, "cpu_s": cpu,
                   "bytes": nbytes, "rss_mib": rss, "transfer": ts}))
 """
 
@@ -216,7 +226,10 @@ def run_child(python, cfg, env, total_bytes):
     r = last_json(out)
     if cfg["mode"] in ("s3torch", "s3torch_dataloader", "boto3") and r["bytes"] != total_bytes:
         raise RuntimeError("%s read %d bytes of %d" % (cfg["mode"], r["bytes"], total_bytes))
-    r["mb_per_s"] = total_bytes / r["seconds"] / 1e6
+    # An epoch ends with its last batch (or object); what close() or the DataLoader's
+    # teardown takes after it is reported apart (close_s).
+    r["mb_per_s"] = total_bytes / r["last_batch_s"] / 1e6
+    r["mb_per_s_with_close"] = total_bytes / r["seconds"] / 1e6
     r["cpu_s_per_gb"] = r["cpu_s"] / (total_bytes / 1e9)
     return r
 
@@ -229,6 +242,8 @@ def summary(rs, ceil):
     out = {
         "mb_per_s": med(rs, "mb_per_s"),
         "of_ceiling": med(rs, "mb_per_s") / ceil,
+        "mb_per_s_with_close": med(rs, "mb_per_s_with_close"),
+        "close_s": statistics.median(r["seconds"] - r["last_batch_s"] for r in rs),
         "rss_mib": max(r["rss_mib"] for r in rs),
         "cpu_s_per_gb": med(rs, "cpu_s_per_gb"),
     }
@@ -245,7 +260,7 @@ def summary(rs, ceil):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shards", type=int, default=18)
+    ap.add_argument("--shards", type=int, default=18, help="0: only the big set")
     ap.add_argument("--shard-mib", type=int, default=32)
     ap.add_argument("--big-shards", type=int, default=2)
     ap.add_argument("--big-mib", type=int, default=1024)
@@ -257,10 +272,17 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ss-objstore-")
+    try:
+        run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args, work):
     root = os.path.join(work, "root")
     bucket = os.path.join(root, "bench")
     os.makedirs(bucket)
-    sets = {"small": make_shards(bucket, args.shards, args.shard_mib)}
+    sets = {"small": make_shards(bucket, args.shards, args.shard_mib)} if args.shards else {}
     if args.big_shards:
         sets["big"] = make_shards(bucket, args.big_shards, args.big_mib, prefix="big")
     # The store's files reach its disk before anything is timed: their write-back would
@@ -280,7 +302,8 @@ def main():
                        AWS_ENDPOINT_URL=base, AWS_EC2_METADATA_DISABLED="true")
             if "baseline_rss_mib" not in result:
                 result["baseline_rss_mib"] = run_child(
-                    args.python, {"work": work, "manifest": base + "/bench/shard.jsonl",
+                    args.python, {"work": work,
+                                  "manifest": base + "/bench/%s.jsonl" % ("shard" if args.shards else "big"),
                                   "cache": False, "part_size": None, "mode": "baseline"},
                     env, 1)["rss_mib"]
             entry = {}

@@ -26,6 +26,7 @@
 #include "support/http_server.h"
 #include "support/test_util.h"
 #include "support/transfer_options.h"
+#include "transfer/transfer_engine.h"
 
 namespace shardstream {
 namespace {
@@ -488,6 +489,118 @@ TEST_F(TransferTest, CheckpointUploadPartsShareTheEngineAndLeaveReadsTheirConnec
   EXPECT_EQ(after.upload_parts - before.upload_parts, 9u);
   EXPECT_EQ(after.upload_bytes - before.upload_bytes, big.size());
   EXPECT_EQ(gated->peak(), 1);
+}
+
+TEST_F(TransferTest, ADefaultWindowIsTheStreamsShareOfTheBudget) {
+  // parts_per_stream 0: a stream asks for its share of the connections and
+  // bytes (less the kept buffers), never fewer than 16 parts.
+  Tune([](TransferOptions& o) {
+    o.parts_per_stream = 0;
+    o.max_connections = 40;
+    o.initial_host_connections = 40;
+    o.max_bytes_in_flight = 64 * kPart;
+  });
+  testing::WriteFile(root_.Join("a.tar"), RandomBytes(128 * kPart, 1));
+  testing::WriteFile(root_.Join("b.tar"), RandomBytes(128 * kPart, 2));
+  auto& engine = internal::TransferEngine::Get();
+  auto src = Source();
+  auto gets_of = [&](const std::string& path) {
+    size_t n = 0;
+    for (auto& g : Gets()) n += g["path"] == path;
+    return n;
+  };
+  auto settled = [&](const std::string& path) {
+    size_t last = 0;
+    for (int stable = 0; stable < 8;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      size_t now = gets_of(path);
+      stable = now == last && now > 0 ? stable + 1 : 0;
+      last = now;
+    }
+    return last;
+  };
+  // Prefetches hold their streams open without a reader: each asks for its
+  // window and stops. Streams of earlier tests in this process may be open.
+  src->Prefetch(server_.Url("/a.tar"));
+  const size_t a = settled("/a.tar");
+  const int open_a = engine.OpenStreams();
+  ASSERT_GE(open_a, 1);
+  EXPECT_EQ(a, std::max<size_t>(16, 40 / static_cast<size_t>(open_a)));
+  src->Prefetch(server_.Url("/b.tar"));
+  const size_t b = settled("/b.tar");
+  const int open_b = engine.OpenStreams();
+  ASSERT_EQ(open_b, open_a + 1);
+  EXPECT_EQ(b, std::max<size_t>(16, 40 / static_cast<size_t>(open_b)));
+  if (open_a == 1) {  // alone in the process: 40 and then 20
+    EXPECT_EQ(a, 40u);
+    EXPECT_EQ(b, 20u);
+  }
+  // Both read whole and in order from there.
+  for (const char* name : {"/a.tar", "/b.tar"}) {
+    auto in = src->OpenInputStream(server_.Url(name), 0);
+    ASSERT_TRUE(in.ok()) << in.status();
+    ExpectBytes(ReadAll(**in, 1 << 16), RandomBytes(128 * kPart, name[1] == 'a' ? 1 : 2));
+  }
+}
+
+TEST(TransferEngineTest, SlowStartDoublesPerRoundUntilTheHostPushesBack) {
+  ScopedTransferOptions options([](TransferOptions& o) {
+    o.max_connections = 64;
+    o.initial_host_connections = 16;
+  });
+  auto& engine = internal::TransferEngine::Get();
+  const std::string host = "slow-start.invalid:1";
+  ASSERT_EQ(engine.HostLimit(host), 16);
+  for (int i = 0; i < 16; ++i) engine.Signal(host, internal::HostSignal::kSuccess);
+  EXPECT_EQ(engine.HostLimit(host), 32);  // a round of 16 parts: doubled
+  for (int i = 0; i < 100; ++i) engine.Signal(host, internal::HostSignal::kSuccess);
+  EXPECT_EQ(engine.HostLimit(host), 64);  // never past max_connections
+  engine.Signal(host, internal::HostSignal::kThrottled);
+  const double after = engine.HostLimit(host);
+  EXPECT_GE(after, 25);  // halved, with jitter (0.4-0.6)
+  EXPECT_LE(after, 39);
+  // From here additive: a round of parts adds about four connections.
+  const int round = static_cast<int>(after);
+  for (int i = 0; i < round; ++i) engine.Signal(host, internal::HostSignal::kSuccess);
+  EXPECT_GT(engine.HostLimit(host), after + 3);
+  EXPECT_LT(engine.HostLimit(host), after + 5);
+}
+
+TEST_F(TransferTest, ConsumedPartBuffersAreReusedWithinTheBudget) {
+  auto& engine = internal::TransferEngine::Get();
+  const size_t n = 3 * kPart;  // a size no other test uses
+  char* first = engine.TakeBuffer(n);
+  ASSERT_NE(first, nullptr);
+  first[0] = 'x';
+  engine.GiveBuffer(first, n);  // kept (in place of one of another size if full)
+  EXPECT_GE(engine.KeptBytes(), n);
+  char* again = engine.TakeBuffer(n);
+  EXPECT_EQ(again, first);  // the same memory, no new mapping
+  EXPECT_EQ(again[0], 'x');
+  engine.GiveBuffer(again, n);
+  EXPECT_LE(engine.KeptBytes(), internal::TransferEngine::kKeptBuffers * n);
+  // A stream under a small budget: kept buffers and parts together stay
+  // within it (the part a reader waits on may go past it).
+  Tune([](TransferOptions& o) {
+    o.parts_per_stream = 0;
+    o.max_bytes_in_flight = 12 * kPart;
+  });
+  testing::WriteFile(root_.Join("c.tar"), RandomBytes(64 * kPart, 3));
+  auto in = Source()->OpenInputStream(server_.Url("/c.tar"), 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::string out, buf(kPart / 4, '\0');
+  uint64_t worst = 0;
+  while (true) {
+    auto got = (*in)->Read(buf.size(), buf.data());
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (*got == 0) break;
+    out.append(buf.data(), *got);
+    worst = std::max(worst, GetTransferStats().bytes_in_flight + engine.KeptBytes());
+  }
+  EXPECT_TRUE(out == RandomBytes(64 * kPart, 3));
+  // (Two counters read apart: a part taking a kept buffer may be counted in
+  // both for a moment.)
+  EXPECT_LE(worst, 12 * kPart + 2 * kPart);
 }
 
 TEST(TransferNginxTest, PartsFromNginxWithAPerConnectionCap) {

@@ -37,9 +37,11 @@ struct SHARDSTREAM_EXPORT TransferOptions {
   // Bytes per ranged GET; 0 reads every object as one stream.
   // Default: 8 MiB (SHARDSTREAM_PART_SIZE).
   uint64_t part_size = uint64_t{8} << 20;
-  // Parts of one stream in flight or buffered ahead of its reader.
-  // Default: 16.
-  int parts_per_stream = 16;
+  // Parts of one stream in flight or buffered ahead of its reader. 0: its
+  // share of the budget (max_connections and max_bytes_in_flight in parts,
+  // over the parted streams open), at least 16, so that a few large
+  // objects use the connections many small ones would. Default: 0.
+  int parts_per_stream = 0;
   // Connections this process uses for parts at most, over all hosts.
   // Default: 64 (SHARDSTREAM_MAX_CONNECTIONS).
   int max_connections = 64;

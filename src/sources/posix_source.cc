@@ -122,6 +122,16 @@ class PosixWritableFile final : public WritableFile {
       written_ += static_cast<uint64_t>(r);
       data.remove_prefix(static_cast<size_t>(r));
     }
+    // Writeback starts as the file grows, a window at a time, so that Sync
+    // at the end flushes only the last window instead of the whole file
+    // (a 1 GiB cache entry's fdatasync took 0.7 s here; a checkpoint's
+    // shards alike). Advisory: an error leaves it to Sync.
+    if (written_ - writeback_from_ >= kWritebackWindow) {
+      (void)::sync_file_range(fd_.get(), static_cast<off_t>(writeback_from_),
+                              static_cast<off_t>(written_ - writeback_from_),
+                              SYNC_FILE_RANGE_WRITE);
+      writeback_from_ = written_;
+    }
     return Status::OK();
   }
   Status Preallocate(uint64_t bytes) override {
@@ -177,7 +187,9 @@ class PosixWritableFile final : public WritableFile {
   std::string url_;
   std::string path_;
   FdGuard fd_;
+  static constexpr uint64_t kWritebackWindow = uint64_t{16} << 20;
   uint64_t written_ = 0;
+  uint64_t writeback_from_ = 0;  // where the next writeback window begins
   bool closed_ = false;
   bool aborted_ = false;
 };

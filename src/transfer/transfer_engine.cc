@@ -1,5 +1,6 @@
 #include "transfer/transfer_engine.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,7 +20,7 @@ std::mutex& OptionsMu() {
 }
 
 TransferOptions Clamped(TransferOptions o) {
-  o.parts_per_stream = std::max(1, o.parts_per_stream);
+  o.parts_per_stream = std::max(0, o.parts_per_stream);
   o.max_connections = std::clamp(o.max_connections, 1, 1024);
   o.initial_host_connections = std::clamp(o.initial_host_connections, 1, o.max_connections);
   if (o.part_size > 0) o.part_size = std::max<uint64_t>(o.part_size, 64 << 10);
@@ -119,6 +120,61 @@ void TransferEngine::Submit(std::shared_ptr<TransferJob> job) {
   cv_.notify_all();
 }
 
+// Reusing buffers spares each part its page faults, zeroing and unmapping
+// (measured: a tenth of a cache fill's CPU time at 25 MB/s per connection).
+size_t TransferEngine::KeptBuffers(const TransferOptions& o) {
+  const uint64_t parts = o.max_bytes_in_flight / std::max<uint64_t>(o.part_size, 1);
+  return static_cast<size_t>(std::clamp<uint64_t>(parts / 8, 1, kKeptBuffers));
+}
+
+char* TransferEngine::TakeBuffer(size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = kept_.size(); i-- > 0;) {
+      if (kept_[i].second != n) continue;
+      char* p = kept_[i].first;
+      kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+      kept_bytes_ -= n;
+      return p;
+    }
+  }
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+}
+
+void TransferEngine::GiveBuffer(char* p, size_t n) {
+  if (p == nullptr) return;
+  const size_t keep = KeptBuffers(GetTransferOptions());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_.size() < keep) {
+      kept_.emplace_back(p, n);
+      kept_bytes_ += n;
+      return;
+    }
+    // Full: the new size (part_size changed) replaces one of another size.
+    for (auto& k : kept_) {
+      if (k.second != n) {
+        kept_bytes_ += n - k.second;
+        std::swap(k.first, p);
+        std::swap(k.second, n);
+        break;
+      }
+    }
+  }
+  ::munmap(p, n);
+}
+
+double TransferEngine::HostLimit(const std::string& host) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return HostOf(host).limit;
+}
+
+uint64_t TransferEngine::KeptBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kept_bytes_;
+}
+
 void TransferEngine::ReleaseBytes(uint64_t n) {
   if (n == 0) return;
   {
@@ -134,8 +190,14 @@ void TransferEngine::Signal(const std::string& host, HostSignal signal) {
     std::lock_guard<std::mutex> lock(mu_);
     Host& h = HostOf(host);
     if (signal == HostSignal::kSuccess) {
-      // Additive increase: about one connection more per round of parts.
-      h.limit = std::min<double>(options.max_connections, h.limit + 1.0 / std::max(1.0, h.limit / 4));
+      // Until the host first pushes back, a slow start: one connection more
+      // per part, so the limit doubles per round of parts (from 16 to 64 in
+      // two rounds: at 25 MB/s per connection a round of 8 MiB parts takes
+      // 0.3 s, and 4 connections more per round took longer than an epoch of
+      // two 1 GiB shards to get there). After it, additive increase: about
+      // four connections more per round.
+      const double step = h.pushed_back ? 1.0 / std::max(1.0, h.limit / 4) : 1.0;
+      h.limit = std::min<double>(options.max_connections, h.limit + step);
     } else {
       // Multiplicative decrease with jitter, at most once a second, so that a
       // storm of answers to requests already sent counts once.
@@ -145,6 +207,7 @@ void TransferEngine::Signal(const std::string& host, HostSignal signal) {
         double factor = std::uniform_real_distribution<double>(0.4, 0.6)(rng);
         h.limit = std::max(1.0, std::floor(h.limit * factor));
         h.last_decrease = now;
+        h.pushed_back = true;
       }
     }
   }
@@ -152,7 +215,8 @@ void TransferEngine::Signal(const std::string& host, HostSignal signal) {
 }
 
 std::shared_ptr<TransferJob> TransferEngine::Pick(std::string* host,
-                                                  std::vector<std::shared_ptr<TransferJob>>* dead) {
+                                                  std::vector<std::shared_ptr<TransferJob>>* dead,
+                                                  std::vector<std::pair<char*, size_t>>* unmap) {
   const TransferOptions options = GetTransferOptions();
   const uint64_t budget = options.max_bytes_in_flight;
   const int upload_slots = std::max(1, options.max_connections / 4);
@@ -180,6 +244,13 @@ std::shared_ptr<TransferJob> TransferEngine::Pick(std::string* host,
     }
   }
   if (best == queue_.size()) return nullptr;
+  // Kept buffers make room for the part (its own buffer may be one of them).
+  while (!kept_.empty() &&
+         bytes_in_flight_ + kept_bytes_ + queue_[best]->Bytes() > budget) {
+    unmap->push_back(kept_.back());
+    kept_bytes_ -= kept_.back().second;
+    kept_.pop_back();
+  }
   auto job = std::move(queue_[best]);
   queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(best));
   bytes_in_flight_ += job->Bytes();
@@ -195,9 +266,10 @@ void TransferEngine::WorkerLoop() {
     std::string host;
     std::shared_ptr<TransferJob> job;
     std::vector<std::shared_ptr<TransferJob>> dead;
+    std::vector<std::pair<char*, size_t>> unmap;
     idle_++;
     // Ranks change as readers move on: look again now and then.
-    while ((job = Pick(&host, &dead)) == nullptr) {
+    while ((job = Pick(&host, &dead, &unmap)) == nullptr) {
       if (!dead.empty()) {
         lock.unlock();
         dead.clear();
@@ -215,6 +287,7 @@ void TransferEngine::WorkerLoop() {
     const bool upload = job->Upload();
     lock.unlock();
     dead.clear();
+    for (auto& [p, n] : unmap) ::munmap(p, n);
     job->Run();
     job.reset();
     lock.lock();

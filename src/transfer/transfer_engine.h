@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "shardstream/export.h"
 #include "shardstream/transfer.h"
 
 namespace shardstream::internal {
@@ -62,7 +63,7 @@ struct HostActivity {
 // What a GET ended with, for its host's AIMD limit.
 enum class HostSignal { kSuccess, kThrottled, kConnectionError };
 
-class TransferEngine {
+class SHARDSTREAM_EXPORT TransferEngine {
  public:
   // The engine of this process (a new one in a forked child).
   static TransferEngine& Get();
@@ -101,6 +102,25 @@ class TransferEngine {
   // of a run of stalls with no byte in between (a run ends when no stall
   // follows within 2 * stall_s + 1 s: the host was not being asked).
   double NoteStall(HostActivity* host, double stall_s);
+  // A part's buffer of n bytes: one kept from a consumed part of the same
+  // size, else fresh anonymous memory; null when out of memory. Given back
+  // with GiveBuffer, which keeps at most kKeptBuffers and returns the rest
+  // to the system at once (a heap block of this size would stay in the
+  // process after free). Kept buffers count against max_bytes_in_flight:
+  // a part that would not fit beside them returns some to the system.
+  // KeptBuffers: how many, an eighth of the budget's parts, 1 to 8.
+  static constexpr size_t kKeptBuffers = 8;
+  static size_t KeptBuffers(const TransferOptions& o);
+  char* TakeBuffer(size_t n);
+  void GiveBuffer(char* p, size_t n);
+  // Parted streams open now (PartedStream), for their windows.
+  void StreamOpened() { open_streams_.fetch_add(1, std::memory_order_relaxed); }
+  void StreamClosed() { open_streams_.fetch_sub(1, std::memory_order_relaxed); }
+  int OpenStreams() const { return open_streams_.load(std::memory_order_relaxed); }
+  // A host's AIMD limit now (its initial one if it has none yet), and the
+  // bytes of kept buffers: for tests.
+  double HostLimit(const std::string& host);
+  uint64_t KeptBytes() const;
   // The median part time so far (0 before any part), for hedging.
   double PartMedianSeconds() const;
 
@@ -110,12 +130,15 @@ class TransferEngine {
   TransferEngine();
   void WorkerLoop();
   // The job to run next, or null; takes its bytes and host slot.
+  // Kept buffers the budget needs back go to *unmap (unmapped unlocked).
   std::shared_ptr<TransferJob> Pick(std::string* host,
-                                    std::vector<std::shared_ptr<TransferJob>>* dead);
+                                    std::vector<std::shared_ptr<TransferJob>>* dead,
+                                    std::vector<std::pair<char*, size_t>>* unmap);
   struct Host {
     double limit = 0;
     int running = 0;
     std::chrono::steady_clock::time_point last_decrease{};
+    bool pushed_back = false;  // a decrease happened: slow start is over
   };
   Host& HostOf(const std::string& name);
 
@@ -131,6 +154,9 @@ class TransferEngine {
   std::map<std::string, Host> hosts_;
   std::map<std::string, std::unique_ptr<HostActivity>> activity_;
 
+  std::atomic<int> open_streams_{0};
+  std::vector<std::pair<char*, size_t>> kept_;  // consumed part buffers (mu_)
+  uint64_t kept_bytes_ = 0;
   std::atomic<uint64_t> bytes_{0}, retries_{0}, stalls_{0}, throttles_{0}, streams_{0},
       parted_{0}, hedges_{0}, hedge_wins_{0}, upload_parts_{0}, upload_bytes_{0};
 

@@ -277,6 +277,9 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Clients open dozens of connections at once (ranged parts): with the default
+    # backlog of 5 the kernel drops their SYNs and each retries a second later.
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         pass  # resets are part of the job
