@@ -88,14 +88,14 @@ inline uint8_t Clip8(int32_t v) {
 }
 
 // One output row of the vertical pass: the weighted sum of n input rows.
-// Contiguous bytes: vectorised, with an AVX2 clone where the CPU has it.
-// (No clones under TSan: their ifunc resolver runs before TSan's runtime is
-// up, and the program dies at load.)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void VerticalRow(const uint8_t* src, size_t stride, int first, int n, const int16_t* k,
-                 size_t row_bytes, int32_t* acc, uint8_t* out) {
+// Contiguous bytes: the compiler vectorises it, for AVX2 in VerticalRowAvx2
+// (chosen at run time with the horizontal pass's level, so that a test can
+// compare both; not an ifunc clone, whose resolver runs before TSan's
+// runtime is up).
+inline __attribute__((always_inline)) void VerticalRowBody(const uint8_t* src, size_t stride,
+                                                           int first, int n, const int16_t* k,
+                                                           size_t row_bytes, int32_t* acc,
+                                                           uint8_t* out) {
   for (size_t i = 0; i < row_bytes; ++i) acc[i] = kHalf;
   for (int t = 0; t < n; ++t) {
     const uint8_t* in = src + static_cast<size_t>(first + t) * stride;
@@ -104,6 +104,20 @@ void VerticalRow(const uint8_t* src, size_t stride, int first, int n, const int1
   }
   for (size_t i = 0; i < row_bytes; ++i) out[i] = Clip8(acc[i]);
 }
+
+void VerticalRow(const uint8_t* src, size_t stride, int first, int n, const int16_t* k,
+                 size_t row_bytes, int32_t* acc, uint8_t* out) {
+  VerticalRowBody(src, stride, first, n, k, row_bytes, acc, out);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void VerticalRowAvx2(const uint8_t* src, size_t stride,
+                                                     int first, int n, const int16_t* k,
+                                                     size_t row_bytes, int32_t* acc,
+                                                     uint8_t* out) {
+  VerticalRowBody(src, stride, first, n, k, row_bytes, acc, out);
+}
+#endif
 
 // Stores output pixel i of a row, R G B in the low bytes of `rgb`. Pixels
 // are stored left to right: an HWC store writes 4 bytes, the fourth the
@@ -263,11 +277,15 @@ void Resample(const Region& region, int out_width, int out_height, bool flip, Im
   const uint8_t* src = region.pixels->data() + static_cast<size_t>(cx0) * 3;
   s.acc.resize(row_bytes);
   s.rows.resize(row_stride * static_cast<size_t>(out_height));
+  auto vertical = VerticalRow;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (HaveAvx2() && simd_level >= 2) vertical = VerticalRowAvx2;
+#endif
   for (int yy = 0; yy < out_height; ++yy) {
     uint8_t* row = &s.rows[static_cast<size_t>(yy) * row_stride];
-    VerticalRow(src, stride, s.v.start[static_cast<size_t>(yy)], s.v.count[static_cast<size_t>(yy)],
-                &s.v.k[static_cast<size_t>(yy) * static_cast<size_t>(s.v.taps)], row_bytes,
-                s.acc.data(), row);
+    vertical(src, stride, s.v.start[static_cast<size_t>(yy)], s.v.count[static_cast<size_t>(yy)],
+             &s.v.k[static_cast<size_t>(yy) * static_cast<size_t>(s.v.taps)], row_bytes,
+             s.acc.data(), row);
     std::memset(row + row_bytes, 0, slack);
   }
   const size_t plane = static_cast<size_t>(out_width) * static_cast<size_t>(out_height);
