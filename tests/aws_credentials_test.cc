@@ -294,18 +294,19 @@ TEST(AwsCredentialProcessTest, ProcessCredentialsAreRefreshedBeforeTheyExpire) {
 TEST(AwsCredentialProcessTest, AFailedRefreshKeepsValidCredentialsThenFails) {
   TempDir dir;
   WriteFile(dir.Join("config"),
-            "[default]\ncredential_process = " + CountingProcess(dir, 20, 2) + "\n");
+            "[default]\ncredential_process = " + CountingProcess(dir, 30, 2) + "\n");
   ScopedAwsEnv env({{"AWS_CONFIG_FILE", dir.Join("config")},
                     {"AWS_SHARED_CREDENTIALS_FILE", dir.Join("none")}});
   internal::ScopedLogCapture log;
   AwsCredentialOptions o;
-  o.refresh_before_s = 8;
+  o.refresh_before_s = 12;
   o.required_before_s = 4;
   auto chain = DefaultAwsCredentialChain(o);
-  ASSERT_EQ(chain->Get()->access_key, "AKPROC1");  // expires in 19-20 s
-  std::this_thread::sleep_for(std::chrono::milliseconds(14000));
-  // In the advisory window (5-6 s left): the refresh fails, the current keys
-  // are kept, and the next call within 5 s does not try again.
+  ASSERT_EQ(chain->Get()->access_key, "AKPROC1");  // expires in 29-30 s
+  std::this_thread::sleep_for(std::chrono::milliseconds(20000));
+  // In the advisory window (9-10 s left; a run slowed down by 5 s is still
+  // in it): the refresh fails, the current keys are kept, and the next call
+  // within 5 s does not try again.
   auto kept = chain->Get();
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->access_key, "AKPROC1");
@@ -314,8 +315,9 @@ TEST(AwsCredentialProcessTest, AFailedRefreshKeepsValidCredentialsThenFails) {
   std::string runs;
   ASSERT_EQ(testing::RunCommand("cat " + dir.Join("n"), &runs), 0);
   EXPECT_EQ(std::stoi(runs), 2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // 1.5-2.5 s left
-  // In the mandatory window: the failure is the caller's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(7000));  // 2-3 s left
+  // In the mandatory window (or past the expiry, on a slow run: the same
+  // refresh, the same failure): the failure is the caller's.
   auto failed = chain->Get();
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), StatusCode::kAuth);

@@ -68,18 +68,6 @@ def read_manifest(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-MOTO_ON_PORT_0 = r"""
-import os, runpy, sys
-from werkzeug.serving import make_server
-moto_server = runpy.run_path(sys.argv[1])  # moto with tests/servers/moto_server.py's behaviours
-from moto.server import DomainDispatcherApplication, create_backend_app
-app = DomainDispatcherApplication(create_backend_app)
-app.debug = True
-server = make_server("127.0.0.1", 0, app, threaded=True)  # as moto.server.main's run_simple
-os.environ["MOTO_PORT"] = str(server.port)
-print("port", server.port, flush=True)
-server.serve_forever()
-"""
 
 
 @contextlib.contextmanager
@@ -91,7 +79,7 @@ def moto_s3_server():
     which port it got (no port reserved and released first, for another process to take)."""
     script = os.path.join(HERE, "..", "servers", "moto_server.py")
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
-    with line_server([sys.executable, "-c", MOTO_ON_PORT_0, script], env=env) as (_, words):
+    with line_server([sys.executable, script, "--port-0"], env=env) as (_, words):
         endpoint = f"http://127.0.0.1:{int(words[0])}"
         setup = os.path.join(HERE, "..", "servers", "moto_setup.py")
         out = subprocess.check_output([sys.executable, setup, endpoint], text=True).split()

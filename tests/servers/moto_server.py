@@ -18,6 +18,8 @@ the credential provider chain tests need it:
    request is expired" with HTTP 403.
    moto does not enforce STS's 900 s minimum DurationSeconds (only botocore's
    client-side validation does), so durations of a few seconds work as is.
+
+`moto_server.py --port-0` listens on a port the kernel picks and prints "port N".
 """
 import os
 import sys
@@ -123,5 +125,23 @@ def _get_error_model_with_status(exception, service_model):
 
 serialize.get_error_model = _get_error_model_with_status
 
+
+def serve_on_a_free_port():
+    """`--port-0`: binds a port the kernel picks and prints "port N" once it listens, so that
+    no port is reserved and released first for another process to take (moto.server.main
+    needs a port number before it binds)."""
+    from werkzeug.serving import make_server
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    app = DomainDispatcherApplication(create_backend_app)
+    app.debug = True
+    server = make_server("127.0.0.1", 0, app, threaded=True)  # as main's run_simple
+    os.environ["MOTO_PORT"] = str(server.port)
+    print("port", server.port, flush=True)
+    server.serve_forever()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--port-0"]:
+        serve_on_a_free_port()
+    else:
+        main(sys.argv[1:])

@@ -177,7 +177,20 @@ std::vector<nlohmann::json> HttpTestServer::Requests() const {
 void HttpTestServer::ClearLog() const { std::ofstream(log_, std::ios::trunc); }
 
 NginxServer::NginxServer(const std::string& root, const std::string& directives) {
+  // nginx needs its port in the config: a free one is taken and released
+  // first, so another process may take it meanwhile. The server that answers
+  // must then be this nginx (a probe url only it knows); if not, another port.
+  for (int attempt = 1;; ++attempt) {
+    if (Start(root, directives)) return;
+    proc_.reset();
+    if (attempt == 5) throw std::runtime_error("nginx did not start");
+  }
+}
+
+bool NginxServer::Start(const std::string& root, const std::string& directives) {
   port_ = FreePort();
+  const std::string probe = "/.nginx-probe-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(port_);
   std::string conf = dir_.Join("nginx.conf");
   std::ostringstream c;
   c << "daemon off;\nmaster_process off;\nworker_processes 1;\n"
@@ -192,11 +205,18 @@ NginxServer::NginxServer(const std::string& root, const std::string& directives)
     << "  scgi_temp_path " << dir_.path() << "/scgi;\n"
     << "  default_type application/octet-stream;\n"
     << "  server {\n    listen 127.0.0.1:" << port_ << ";\n    root " << root
-    << ";\n    " << directives << "\n  }\n}\n";
+    << ";\n    location = " << probe << " { return 204; }\n    " << directives
+    << "\n  }\n}\n";
   WriteFile(conf, c.str());
   proc_ = std::make_unique<ChildProcess>(std::vector<std::string>{
       "/usr/sbin/nginx", "-p", dir_.path(), "-e", dir_.Join("error.log"), "-c", conf});
-  if (!WaitForPort(port_, 10)) throw std::runtime_error("nginx did not start");
+  if (!WaitForPort(port_, 10)) return false;
+  static internal::HttpClient* client = new internal::HttpClient(HttpOptions{});
+  internal::HttpRequest req;
+  req.method = "GET";
+  req.url = Url(probe);
+  auto resp = client->Send(req);
+  return resp.ok() && resp->status == 204;
 }
 
 std::string NginxServer::Url(const std::string& path) const {
@@ -204,13 +224,14 @@ std::string NginxServer::Url(const std::string& path) const {
 }
 
 MotoServer::MotoServer() {
-  port_ = FreePort();
+  // moto binds a port the kernel picks and says which: none is reserved and
+  // released first for another process to take while moto starts.
   proc_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{PythonPath(),
                                std::string(SHARDSTREAM_SOURCE_DIR) + "/tests/servers/moto_server.py",
-                               "-H", "127.0.0.1", "-p", std::to_string(port_)},
+                               "--port-0"},
       std::map<std::string, std::string>{{"INITIAL_NO_AUTH_ACTION_COUNT", "0"}});
-  if (!WaitForPort(port_, 30)) throw std::runtime_error("moto did not start");
+  port_ = std::stoi(proc_->WaitForLine("port ", 30).substr(5));
   // Briefly lifts enforcement to create an IAM user, then restores it.
   std::string out;
   int rc = RunCommand(PythonPath() + " " + SHARDSTREAM_SOURCE_DIR +

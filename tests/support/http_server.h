@@ -72,6 +72,7 @@ class NginxServer {
   std::string Url(const std::string& path) const;
 
  private:
+  bool Start(const std::string& root, const std::string& directives);
   TempDir dir_;
   std::unique_ptr<ChildProcess> proc_;
   int port_ = 0;
