@@ -34,8 +34,9 @@ struct HttpOptions {
   double max_retry_after_s = 60;
   // Verify the server's TLS certificate and host name. Default: true.
   bool verify_tls = true;
-  // A PEM file of trusted CA certificates; empty uses the system store.
-  // Default: "" (also settable with SHARDSTREAM_CA_BUNDLE).
+  // A PEM file of trusted CA certificates; empty uses the system store (the
+  // distribution's bundle where libcurl's compiled-in one is missing, as for
+  // the wheels on RHEL). Default: "" (also settable with SHARDSTREAM_CA_BUNDLE).
   std::string ca_bundle;
   // Redirects followed (only to http and https urls). Default: 5.
   int max_redirects = 5;

@@ -265,8 +265,13 @@ Status CurlTransfer::Start(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_SHARE, pool_->share());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_);
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85 names protocols; the wheels' curl (7.74) has bits only
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, options_.max_redirects > 0 ? 1L : 0L);
   curl_easy_setopt(h, CURLOPT_MAXREDIRS, static_cast<long>(options_.max_redirects));
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,

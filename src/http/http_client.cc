@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "http/ca_bundle.h"
 #include "http/curl_transfer.h"
 #include "http/parted_stream.h"
 #include "http/stream_prefetch.h"
@@ -70,8 +71,11 @@ HttpClient::HttpClient(HttpOptions options) : shared_(std::make_shared<Shared>()
   shared_->pool = std::make_unique<CurlConnectionPool>();
   shared_->prefetcher = std::make_unique<StreamPrefetcher>();
   if (shared_->options.ca_bundle.empty()) {
-    if (const char* env = std::getenv("SHARDSTREAM_CA_BUNDLE"); env && *env)
+    if (const char* env = std::getenv("SHARDSTREAM_CA_BUNDLE"); env && *env) {
       shared_->options.ca_bundle = env;
+    } else {
+      shared_->options.ca_bundle = SystemCaBundle();
+    }
   }
 }
 

@@ -5,6 +5,7 @@ import gc
 import json
 import logging
 import os
+import subprocess
 import threading
 
 import numpy as np
@@ -183,6 +184,39 @@ def _threads():
 
 def _fds():
     return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_pipe_command_inherits_no_descriptor_of_the_process(manifest, tmp_path):
+    # A `pipe:` command gets stdin, stdout and stderr only: never a cache file or a socket the
+    # process holds. The wheels are built on glibc 2.31, which lacks posix_spawn's closefrom:
+    # there each open descriptor is closed by name, and this test runs against them too.
+    shard = read_manifest(manifest)[0]["url"]
+    shard = os.path.join(os.path.dirname(manifest), shard[len("file://"):] if
+                         shard.startswith("file://") else shard)
+    listing = tmp_path / "fds.txt"
+    command = f"ls /proc/$$/fd > {listing}; cat {shard}"
+    r, w = os.pipe()
+    # Inheritable, as a library that forgets O_CLOEXEC leaves them, and numbered above what the
+    # shell opens for itself (dash keeps fd 10 while it redirects).
+    leaked = [200, 201]
+    for fd, at in zip((r, w), leaked):
+        os.dup2(fd, at, inheritable=True)
+        os.close(fd)
+    try:
+        # The control: a shell that is handed them lists them.
+        subprocess.run(["/bin/sh", "-c", command], close_fds=False, stdout=subprocess.DEVNULL,
+                       check=True)
+        assert set(leaked) <= {int(x) for x in listing.read_text().split()}
+        listing.unlink()
+        with shardstream.Loader([f"pipe:{command}"], fields=["tokens.npy"],
+                                batch_size=PER_SHARD, shuffle=False) as lo:
+            n = sum(len(b["__key__"]) for b in lo)
+    finally:
+        for fd in leaked:
+            os.close(fd)
+    assert n == PER_SHARD
+    fds = {int(x) for x in listing.read_text().split()}
+    assert {0, 1, 2} <= fds and not fds & set(leaked), f"the shell held descriptors {sorted(fds)}"
 
 
 def test_early_break_leaks_no_threads_or_fds(manifest):
