@@ -184,7 +184,11 @@ class _HashingStream(io.RawIOBase):
         return self._f.fileno()
 
     def flush(self) -> None:
-        self._f.flush()
+        # IOBase's finalizer flushes too, after the file under it was closed; Python 3.13
+        # reports the ValueError that raised, and pytest's record of it kept a writer (and its
+        # root's lock) alive.
+        if not self._f.closed:
+            self._f.flush()
 
     def digest(self) -> str:
         return self._hasher.digest()
