@@ -7,7 +7,7 @@
 # needed. `pip install shardstream-*.tar.gz` then builds the extension and the command-line tool
 # from source where the -dev packages are (docs/building.md names them for Debian/Ubuntu and
 # RHEL/Rocky); scripts/test_sdist.sh does exactly that in a fresh venv. Runs scripts/setup.sh
-# first, as build_wheel.sh does.
+# first, as test.sh does.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The checks too long for CI, for a nightly job (CI runs `scripts/test.sh
-# --sanitize`: the suites and the sanitizer builds). Today: every libFuzzer
-# target for SECONDS each (default 30) in the clang ASan+UBSan build of
-# scripts/fuzz.sh, whose build alone takes longer than CI can spare.
+# --sanitize`: the suites and the sanitizer builds):
+# - every libFuzzer target for SECONDS each (default 30) in the clang
+#   ASan+UBSan build of scripts/fuzz.sh, whose build alone takes longer than
+#   CI can spare;
+# - every wheel (scripts/build_wheels.sh: 3.9, 3.11, 3.13) tested on other
+#   Debian releases (scripts/test_wheels.sh: the whole suite on Debian 13, the
+#   smoke test on Debian 11). Needs root, for debootstrap and chroot.
 #
 #   scripts/nightly.sh [SECONDS]
 #
@@ -14,4 +18,7 @@ seconds="${1:-30}"
 bash "$root/scripts/setup.sh"  # idempotent: clang-14, the .venv the MDS seeds need
 echo "== fuzzers, ${seconds} s each"
 bash "$root/scripts/fuzz.sh" "$seconds"
+echo "== wheels for every Python, tested on Debian 11 and 13"
+bash "$root/scripts/build_wheels.sh" "$root/dist/nightly"
+bash "$root/scripts/test_wheels.sh" "$root/dist/nightly"
 echo "nightly: ok"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suite (ctest) and the Python suite (pytest), the latter against
-# `pip install .`, the self-contained wheel (scripts/build_wheel.sh, scripts/test_wheel.sh) and the
-# source distribution (scripts/build_sdist.sh, scripts/test_sdist.sh).
+# `pip install .`, the self-contained cp311 wheel (built in a Debian 11 chroot by
+# scripts/build_wheels.sh, tested by scripts/test_wheel.sh) and the source distribution
+# (scripts/build_sdist.sh, scripts/test_sdist.sh). The other Pythons' wheels and the tests on other
+# Debian releases (scripts/test_wheels.sh) are scripts/nightly.sh's.
 #   scripts/test.sh             normal build in build/
 #   scripts/test.sh --sanitize  also the ASan+UBSan and the TSan builds of the C++ suite, and
 #                               clang's thread-safety analysis of the library
@@ -32,9 +34,10 @@ echo "== Python package (pip install .) and tests"
 # Run from a neutral directory so the installed package, not the source tree, is tested.
 (cd "$root/tests/python" && "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/python")
 
-echo "== Python wheel (auditwheel) and tests"
+echo "== Python wheel (manylinux_2_31, built in a Debian 11 chroot) and tests"
 # The wheel pip alone installs (shared libraries bundled), tested in a fresh venv: .venv-wheel.
-bash scripts/build_wheel.sh "$root/dist"
+py=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+bash scripts/build_wheels.sh --python "$py" "$root/dist"
 bash scripts/test_wheel.sh "$root/dist"
 
 echo "== Source distribution: pip install from the sdist in a fresh venv (compiles)"

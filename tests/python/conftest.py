@@ -68,8 +68,6 @@ def read_manifest(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-
-
 @contextlib.contextmanager
 def moto_s3_server():
     """moto's S3, STS and IAM server on loopback with authentication enforced (and
