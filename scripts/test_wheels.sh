@@ -12,7 +12,8 @@
 #     wheel with tests/smoke/installed.py (`--smoke`). The pinned requirements need Python 3.10
 #     (numpy 2.4, torch 2.13), so the suite cannot run there; the smoke test takes every native
 #     path the suite would on an old glibc: the writer, the Loader, shuffling, JPEG/PNG/WebP
-#     decoding, libcurl over http, and the bundled command-line tool.
+#     decoding, libcurl over http, and the bundled command-line tool. Then pip's refusals, and
+#     HTTPS with the CA bundle where RHEL keeps it (tests/smoke/https_ca.py).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -95,9 +96,40 @@ refusals() {
   rm -f "$log"
 }
 
+# The wheels' libcurl names Debian's CA bundle. With that file gone and one where RHEL keeps its
+# own, HTTPS must work (src/http/ca_bundle.cc); with none anywhere, fail naming the CA file; and a
+# bundle without the server's CA must not trust it (the control). Run in the Debian 11 chroot, its
+# bundle put back after.
+ca_layouts() {
+  local dir="$root/build-chroot/bullseye-test"
+  local tls="$dir/opt/tlsck" deb="$dir/etc/ssl/certs/ca-certificates.crt" rc=0
+  command -v openssl >/dev/null || { echo "test_wheels: the HTTPS check needs openssl" >&2; return 1; }
+  rm -rf "$tls" "$dir/etc/pki"
+  mkdir -p "$tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/key.pem" -out "$tls/cert.pem" -days 1 \
+    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
+  run_ca() {
+    chroot_run "$dir" /opt/shardstream/.venv-wheel/bin/python \
+      /opt/shardstream/tests/smoke/https_ca.py /opt/tlsck "$1" 2>&1 | grep -v '^data set:'
+    return "${PIPESTATUS[0]}"
+  }
+  echo "  HTTPS, Debian's CA bundle moved away:"
+  mv "$deb" "$deb.saved"
+  mkdir -p "$dir/etc/pki/tls/certs"
+  cp "$tls/cert.pem" "$dir/etc/pki/tls/certs/ca-bundle.crt"
+  run_ca read || rc=1       # the bundle where RHEL keeps it
+  rm -rf "$dir/etc/pki"
+  run_ca no-bundle || rc=1  # none anywhere
+  mv "$deb.saved" "$deb"
+  run_ca untrusted || rc=1  # Debian's, without the server's CA
+  rm -rf "$tls"
+  return $rc
+}
+
 if [ -z "$only" ] || [ "$only" = 11 ]; then
   test_in 11 bullseye cp39 --smoke -- python3 python3-venv
   refusals
+  ca_layouts
 fi
 if [ -z "$only" ] || [ "$only" = 13 ]; then
   test_in 13 trixie cp313 -- python3 python3-venv zstd procps
