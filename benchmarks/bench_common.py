@@ -211,3 +211,27 @@ def interleave(runs: int, contenders: list, skipped: dict, report) -> dict:
             results.setdefault(key, []).append(out)
             report(r, key, out)
     return results
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has joined (DataLoader workers)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
+def energon_prepare(manifest: str, out: str, prepare_args: list) -> None:
+    """An Energon data set in `out` over the tar shards of `manifest`: links to them, then
+    `energon prepare` (the `energon` beside this Python) with `prepare_args` (its sample type and
+    field map). Run under the peers' venv (scripts/bench_env.sh --peers-venv)."""
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    for path in shard_paths(manifest):
+        os.symlink(path, os.path.join(out, os.path.basename(path)))
+    tool = os.path.join(os.path.dirname(sys.executable), "energon")
+    subprocess.run([tool, "prepare", out, "--non-interactive", "--split-parts", r"train:.*\.tar$",
+                    "--num-workers", "2", "--force-overwrite"] + prepare_args, check=True,
+                   stdout=subprocess.DEVNULL)

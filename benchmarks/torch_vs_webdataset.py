@@ -1,5 +1,5 @@
-"""shardstream vs WebDataset, MosaicML Streaming, LitData, Grain and SPDL, each feeding a training
-loop the same samples.
+"""shardstream vs WebDataset, MosaicML Streaming, LitData, Grain, SPDL and Megatron-Energon, each
+feeding a training loop the same samples.
 
     python benchmarks/torch_vs_webdataset.py [--dir /tmp/ss-bench] [--runs 3] [--epochs 3]
     bash scripts/bench_env.sh [--peers]      # Streaming's environment; LitData, Grain, SPDL
@@ -61,6 +61,13 @@ How each library is driven (its recommended setup):
   .build(num_threads=2), load_batch gathering a batch's rows from the
   memory-mapped arrays with NumPy (a call per batch: its per-item dispatch
   costs far more than a row's copy). Not in the mix.
+- Megatron-Energon (in .venv-peers, made by scripts/bench_env.sh --peers-venv,
+  with DALI): the tar shards after `energon prepare` as a CrudeWebdataset, a
+  task encoder whose cooker takes the decoded tokens.npy and whose batch()
+  stacks them; get_train_dataset(batch_size=256, shuffle_buffer_size=100,
+  max_samples_per_sequence=100) (its documented set-up; both None with shuffle
+  off), WorkerConfig(num_workers=2), get_loader. Its training sets repeat, so
+  an epoch is the data set's count of samples. Not in the mix.
 
 Each configuration runs --epochs epochs in a fresh process; the runs are
 interleaved (run 1 of every configuration, then run 2, ...). The driver
@@ -82,22 +89,27 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
-from bench_common import (ensure_mds, finish_dir, import_torch_rss, interleave, log,
-                          prepare_dir, read_json, shard_paths, warm_cache)
+from bench_common import (cpu_seconds, energon_prepare, ensure_mds, finish_dir,
+                          import_torch_rss, interleave, log, prepare_dir, read_json, shard_paths,
+                          tail, warm_cache)
 
 BATCH = 256
 WORKERS = 2  # DataLoader workers of WebDataset and Streaming
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ME = os.path.abspath(__file__)
-LIBS = ("shardstream", "webdataset", "streaming", "litdata", "grain", "spdl")
+LIBS = ("shardstream", "webdataset", "streaming", "litdata", "grain", "spdl", "energon")
 # Peers measured on one data set at a time (their mixes are not set up here).
-NO_MIX = ("litdata", "grain", "spdl")
+NO_MIX = ("litdata", "grain", "spdl", "energon")
 # Each peer's own format, written by its own writer from the same tar shards (SPDL has none:
-# it gets .npy arrays, memory-mapped).
-COPIES = {"litdata": "--write-litdata", "grain": "--write-grain", "spdl": "--write-npy"}
+# it gets .npy arrays, memory-mapped; Energon reads the tars after `energon prepare`).
+COPIES = {"litdata": "--write-litdata", "grain": "--write-grain", "spdl": "--write-npy",
+          "energon": "--write-energon"}
+# Peers that live in the peers' venv (scripts/bench_env.sh --peers-venv).
+PEERS_PYTHON = ("energon",)
 LITDATA_CHUNK_TOKENS = 16 << 20  # 64 MiB of int32 per chunk, as our shards
 MIX_WEIGHTS = (0.7, 0.3)
 # Data set name -> (tokens per sample, generator seed).
@@ -210,22 +222,19 @@ def write_npy(manifest: str, out: str) -> None:
     print(json.dumps({"shards": i + 1}))
 
 
+def write_energon(manifest: str, out: str) -> None:
+    """Child (peers' venv): an Energon data set over the same tar shards: links to them, then
+    `energon prepare` as a CrudeWebdataset (samples cooked in the task encoder)."""
+    energon_prepare(manifest, out, ["--sample-type", "CrudeWebdataset"])
+    print(json.dumps({"prepared": out}))
+
+
 def npy_files(out: str) -> list:
     return sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".npy"))
 
 
 def grain_files(out: str) -> list:
     return sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".array_record"))
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of the children it has joined (DataLoader workers)."""
-    import resource
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        r = resource.getrusage(who)
-        total += r.ru_utime + r.ru_stime
-    return total
 
 
 def grain_tokens(record):
@@ -355,6 +364,45 @@ def run_one(cfg: dict) -> dict:
                 with pipeline.auto_stop():
                     yield from pipeline.get_iterator()
             return batches()
+    elif lib == "energon":
+        import dataclasses
+        import numpy as np
+        from importlib.metadata import version
+        from megatron.energon import (Cooker, DefaultTaskEncoder, Sample, WorkerConfig,
+                                      basic_sample_keys, get_loader, get_train_dataset, stateless)
+        versions["megatron-energon"] = version("megatron-energon")
+
+        @dataclasses.dataclass
+        class Tokens(Sample):
+            tokens: np.ndarray
+
+        @stateless
+        def cook(raw: dict) -> Tokens:
+            return Tokens(**basic_sample_keys(raw), tokens=raw["tokens.npy"])
+
+        class Encoder(DefaultTaskEncoder):
+            cookers = [Cooker(cook)]
+
+            def batch(self, samples):
+                return torch.from_numpy(np.stack([s.tokens for s in samples]))
+
+        # Its documented training set-up (a shuffle buffer of 100, sequences of at most 100
+        # samples of a shard); shuffle off: neither. A training set repeats forever, so an
+        # epoch is the data set's count of samples.
+        ds = get_train_dataset(cfg["copies"]["energon"][0], batch_size=BATCH,
+                               shuffle_buffer_size=100 if shuffle else None,
+                               max_samples_per_sequence=100 if shuffle else None,
+                               worker_config=WorkerConfig(rank=0, world_size=1,
+                                                          num_workers=WORKERS),
+                               task_encoder=Encoder())
+        energon_it = iter(get_loader(ds))
+
+        def make_epoch(epoch: int):
+            n = 0
+            while n < cfg["samples"]:
+                b = next(energon_it)
+                n += int(b.shape[0])
+                yield b
     else:
         raise SystemExit(f"unknown library {lib}")
 
@@ -384,7 +432,7 @@ def run_one(cfg: dict) -> dict:
         rows_per_epoch.append(epoch_rows)
     seconds = time.perf_counter() - t_first
     # Worker processes count once they are joined: drop the loader first.
-    dl = make_epoch = None
+    dl = make_epoch = energon_it = None
     import gc
     gc.collect()
     cpu = cpu_seconds() - cpu_first
@@ -414,12 +462,19 @@ def main() -> None:
     ap.add_argument("--libs", default=",".join(LIBS), help=f"libraries to run [{','.join(LIBS)}]")
     ap.add_argument("--configs", default="tokens,mix,1k",
                     help="configurations to run: tokens, mix, 1k [all]")
+    ap.add_argument("--shuffle", choices=("on", "off", "both"), default="both",
+                    help="the tokens and 1k configurations with shuffle on, off or both [both]")
     ap.add_argument("--streaming-python",
                     default=os.path.join(ROOT, ".venv-bench", "bin", "python"),
                     help="Python of the Streaming environment (scripts/bench_env.sh) "
                          "[.venv-bench/bin/python]")
+    ap.add_argument("--peers-python",
+                    default=os.path.join(ROOT, ".venv-peers", "bin", "python"),
+                    help="Python with Megatron-Energon (scripts/bench_env.sh --peers-venv) "
+                         "[.venv-peers/bin/python]")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--write-mds", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--write-energon", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--write-litdata", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--write-grain", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--write-npy", nargs=2, help=argparse.SUPPRESS)
@@ -428,7 +483,8 @@ def main() -> None:
         print(json.dumps(run_one(json.loads(args.child))))
         return
     for flag, fn in (("write_mds", write_mds), ("write_litdata", write_litdata),
-                     ("write_grain", write_grain), ("write_npy", write_npy)):
+                     ("write_grain", write_grain), ("write_npy", write_npy),
+                     ("write_energon", write_energon)):
         if getattr(args, flag):
             fn(*getattr(args, flag))
             return
@@ -438,7 +494,8 @@ def main() -> None:
     os.makedirs(root, exist_ok=True)
     libs = [x for x in args.libs.split(",") if x]
     kinds = [x for x in args.configs.split(",") if x]
-    configs = [c for c in CONFIGS if c[0] in kinds]
+    shuffles = {"on": (True,), "off": (False,), "both": (True, False)}[args.shuffle]
+    configs = [c for c in CONFIGS if c[0] in kinds and c[2] in shuffles]
     sizes = {"tokens": args.token_samples, "tokens-b": args.mix_samples,
              "1k": args.small_samples}
     names = sorted({n for _, sets, _ in configs for n in sets})
@@ -447,6 +504,12 @@ def main() -> None:
     skipped = {}  # library -> why it has no figures
     mds = {}
     streaming_python = os.path.abspath(args.streaming_python)
+    peers_python = os.path.abspath(args.peers_python)
+
+    def python_of(lib: str) -> str:
+        return (streaming_python if lib == "streaming" else
+                peers_python if lib in PEERS_PYTHON else sys.executable)
+
     if "streaming" in libs:
         if not os.path.exists(streaming_python):
             skipped["streaming"] = (f"no Streaming environment at {streaming_python}: run "
@@ -463,15 +526,20 @@ def main() -> None:
     for lib, flag in COPIES.items():
         if lib not in libs:
             continue
-        module = {"litdata": "litdata", "grain": "array_record", "spdl": "spdl"}[lib]
-        try:
-            __import__(module)
-        except ImportError as e:
-            skipped[lib] = (f"not installed ({e}): bash scripts/bench_env.sh --peers installs "
-                            "it into .venv")
+        module = {"litdata": "litdata", "grain": "array_record", "spdl": "spdl",
+                  "energon": "megatron.energon"}[lib]
+        python = python_of(lib)
+        r = (subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
+             if os.path.exists(python) else None)
+        if r is None or r.returncode != 0:
+            where = (".venv-peers: bash scripts/bench_env.sh --peers-venv" if lib in PEERS_PYTHON
+                     else ".venv: bash scripts/bench_env.sh --peers")
+            skipped[lib] = (f"`import {module}` failed under {python} "
+                            f"({'no such file' if r is None else tail(r.stderr, 1)}); "
+                            f"it goes into {where}")
             continue
         try:
-            copies[lib] = {n: ensure_mds(sys.executable, ME, manifests[n],
+            copies[lib] = {n: ensure_mds(python, ME, manifests[n],
                                          os.path.join(root, f"{n}-{lib}"),
                                          read_json(os.path.join(root, n, "params.json")),
                                          flag=flag, what=f"{lib} copy")
@@ -496,8 +564,8 @@ def main() -> None:
                "copies": {lib: [c.get(n) for n in sets] for lib, c in copies.items()}}
         if kind == "mix":
             cfg.update(weights=MIX_WEIGHTS, epoch_size=args.token_samples)
-        python = streaming_python if lib == "streaming" else sys.executable
-        return [python, ME, "--child", json.dumps(cfg)]
+        cfg["samples"] = sizes[sets[0]]
+        return [python_of(lib), ME, "--child", json.dumps(cfg)]
 
     def report(r: int, key: tuple, res):
         cname, lib = key

@@ -1,6 +1,8 @@
-"""ImageNet-style input: shardstream vs WebDataset vs MosaicML Streaming vs the JPEG decode limit.
+"""ImageNet-style input: shardstream vs WebDataset, MosaicML Streaming, LitData, Grain, SPDL,
+Megatron-Energon, DALI's CPU pipeline and the JPEG decode limit.
 
     python benchmarks/vision_benchmark.py [--images 20000] [--runs 3] [--threads 2] [--json]
+    python benchmarks/vision_benchmark.py --long-side 256 --libs all   # LitData's recipe, every peer
 
 The data set: --images synthetic JPEGs (each side drawn independently from
 300..640 px, quality 90, Pillow's default 4:2:0 subsampling) with natural-image
@@ -33,7 +35,18 @@ worker processes for the work:
    read with StreamingDataset(local=..., shuffle=True, batch_size=256) whose
    __getitem__ decodes with Pillow and applies rrc_flip_to_tensor, under
    DataLoader(batch_size=256, num_workers=--threads).
-4. The decode limit: benchmarks/decode_limit_benchmark (C++, TurboJPEG) decodes
+4. With --libs (all, or a list), the peers of benchmarks/peers_benchmark.py, each reading its
+   own format written once from the same shards (under --dir/NAME) by its own writer:
+   LitData (optimize with the JPEG bytes and the label, StreamingDataset(shuffle=True) decoding
+   with Pillow in __getitem__, StreamingDataLoader); Grain (ArrayRecord, MapDataset .shuffle
+   .repeat .map .batch, mp_prefetch); SPDL (its thread pipeline over a table of the images'
+   places in the tar shards, Pillow on its threads); Megatron-Energon (energon prepare,
+   ImageClassificationSample, a task encoder cropping in encode_sample, get_train_dataset with
+   its documented shuffle_buffer_size=100, max_samples_per_sequence=100); DALI's CPU pipeline
+   (device_id=None: readers.webdataset with wds2idx indexes, decoders.image_random_crop, resize,
+   flip, DALIGenericIterator). Energon and DALI run under --peers-python (the venv of
+   scripts/bench_env.sh --peers-venv); the others need scripts/bench_env.sh --peers.
+5. The decode limit: benchmarks/decode_limit_benchmark (C++, TurboJPEG) decodes
    every JPEG of the shards at full size to RGB on --threads threads, with no
    reading, cropping, resizing or batching: the ceiling of a loader that decodes
    each image in full.
@@ -67,11 +80,15 @@ fresh process: library import, data set set-up, worker start-up, first
 batch); and peak tree RSS. --json prints one JSON object as the last line of
 stdout (progress goes to stderr).
 
-The Streaming environment: bash scripts/bench_env.sh (makes .venv-bench);
-the decode limit: cmake --build build --target decode_limit_benchmark, or
-g++ -O2 -std=c++17 benchmarks/decode_limit_benchmark.cc -lturbojpeg -pthread
-and --decode-limit-bin. A contender that is skipped or fails is null in the
-JSON, with a *_reason field.
+Images per CPU second: every image delivered over the CPU seconds of the contender's process
+tree from just after `import torch` (set-up, worker start-up and every batch; worker processes
+count once joined, and each contender drops its loader before the count).
+
+The Streaming environment: bash scripts/bench_env.sh (makes .venv-bench); the decode limit:
+build/benchmarks/decode_limit_benchmark, or, where it is not built, the benchmark compiles
+benchmarks/decode_limit_benchmark.cc with g++ into --dir (it needs only TurboJPEG). A contender
+that is skipped or fails is null in the JSON, with a *_reason field, and a row with the reason in
+the table.
 """
 
 import argparse
@@ -85,8 +102,9 @@ import statistics
 import sys
 import time
 
-from bench_common import (ensure_mds, finish_dir, import_torch_rss, interleave, log,
-                          prepare_dir, shard_paths, warm_cache)
+from bench_common import (cpu_seconds, energon_prepare, ensure_mds, finish_dir,
+                          import_torch_rss, interleave, log, prepare_dir, shard_paths, tail,
+                          warm_cache)
 
 BATCH = 256
 SIZE = 224
@@ -133,6 +151,9 @@ def synth_jpeg(index: int) -> tuple:
     rng = np.random.default_rng([p["seed"], index])
     w = int(rng.integers(p["min_side"], p["max_side"] + 1))
     h = int(rng.integers(p["min_side"], p["max_side"] + 1))
+    if p.get("long_side"):  # LitData's ImageNet recipe: the long side resized to 256
+        scale = p["long_side"] / max(w, h)
+        w, h = max(1, int(round(w * scale))), max(1, int(round(h * scale)))
     label = int(rng.integers(0, p["classes"]))
 
     # Background, drawn at 1/8 size and upsampled (it is smooth): a two-colour
@@ -268,15 +289,12 @@ def pil_decode(data: bytes):
 _LOG_RATIO = (math.log(3 / 4), math.log(4 / 3))
 
 
-def rrc_flip_to_tensor(img):
-    """torchvision v2 RandomResizedCrop(224, antialias=True) + RandomHorizontalFlip()
-    on a PIL image, with the calls torchvision 0.28 makes; then a [224, 224, 3] uint8 tensor."""
-    import numpy as np
+def rrc_params(width: int, height: int) -> tuple:
+    """torchvision v2 RandomResizedCrop(224).make_params on a width x height image, drawn
+    from torch's RNG as torchvision 0.28 draws them: (top, left, h, w)."""
     import torch
-    from PIL import Image
-    width, height = img.size
     area = height * width
-    for _ in range(10):  # RandomResizedCrop.make_params
+    for _ in range(10):
         target_area = area * torch.empty(1).uniform_(0.08, 1.0).item()
         aspect_ratio = math.exp(torch.empty(1).uniform_(_LOG_RATIO[0], _LOG_RATIO[1]).item())
         w = int(round(math.sqrt(target_area * aspect_ratio)))
@@ -284,19 +302,27 @@ def rrc_flip_to_tensor(img):
         if 0 < w <= width and 0 < h <= height:
             i = int(torch.randint(0, height - h + 1, size=(1,)).item())
             j = int(torch.randint(0, width - w + 1, size=(1,)).item())
-            break
-    else:  # central fallback
-        in_ratio = float(width) / float(height)
-        if in_ratio < 3 / 4:
-            w = width
-            h = int(round(w / (3 / 4)))
-        elif in_ratio > 4 / 3:
-            h = height
-            w = int(round(h * (4 / 3)))
-        else:
-            w, h = width, height
-        i = (height - h) // 2
-        j = (width - w) // 2
+            return i, j, h, w
+    # central fallback
+    in_ratio = float(width) / float(height)
+    if in_ratio < 3 / 4:
+        w = width
+        h = int(round(w / (3 / 4)))
+    elif in_ratio > 4 / 3:
+        h = height
+        w = int(round(h * (4 / 3)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def rrc_flip_to_tensor(img):
+    """torchvision v2 RandomResizedCrop(224, antialias=True) + RandomHorizontalFlip()
+    on a PIL image, with the calls torchvision 0.28 makes; then a [224, 224, 3] uint8 tensor."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    i, j, h, w = rrc_params(*img.size)
     # F.resized_crop's PIL kernel: _FP.crop, then _resize_image_pil.
     img = img.crop((j, i, j + w, i + h))
     if img.size != (SIZE, SIZE):
@@ -373,15 +399,110 @@ def write_mds(manifest: str, out: str) -> None:
     print(json.dumps({"samples": n, "streaming_version": streaming.__version__}))
 
 
+# -- the peers' own formats, each written once by its own writer ----------------------------
+
+def litdata_shard_images(path: str):
+    """LitData's optimize fn: a shard's samples as {"jpg": JPEG bytes, "cls": label}. The bytes
+    are stored as they are: LitData's JPEG serializer decodes with torchvision, which does not
+    load beside the CPU build of torch here, so the reader decodes with Pillow, as the
+    WebDataset and Streaming contenders do."""
+    for _key, jpeg, label in tar_samples([path]):
+        yield {"jpg": jpeg, "cls": label}
+
+
+def write_litdata(manifest: str, out: str) -> None:
+    """Child: the images as LitData chunks (optimize, 64 MB chunks as in its ImageNet recipe)."""
+    import litdata
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    litdata.optimize(fn=litdata_shard_images, inputs=shard_paths(manifest), output_dir=out,
+                     chunk_bytes="64MB", num_workers=2, verbose=False)
+    print(json.dumps({"litdata_version": litdata.__version__}))
+
+
+def write_grain(manifest: str, out: str) -> None:
+    """Child: the images as ArrayRecord files (one per shard; a record per sample, its label as
+    8 bytes then the JPEG; group size 1 for random access, as Grain's docs advise)."""
+    import struct
+    from array_record.python.array_record_module import ArrayRecordWriter
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    n = 0
+    for i, path in enumerate(shard_paths(manifest)):
+        w = ArrayRecordWriter(os.path.join(out, f"part-{i:05d}.array_record"), "group_size:1")
+        for _key, jpeg, label in tar_samples([path]):
+            w.write(struct.pack("<q", label) + jpeg)
+            n += 1
+        w.close()
+    print(json.dumps({"samples": n}))
+
+
+def write_dali_index(manifest: str, out: str) -> None:
+    """Child (peers' venv): DALI's index of each tar shard, made by its wds2idx tool, as DALI's
+    webdataset reader docs advise (it otherwise indexes every shard at start-up)."""
+    import subprocess
+    tool = os.path.join(os.path.dirname(sys.executable), "wds2idx")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    for i, path in enumerate(shard_paths(manifest)):
+        subprocess.run([tool, path, os.path.join(out, f"part-{i:05d}.idx")], check=True,
+                       stdout=subprocess.DEVNULL)
+    print(json.dumps({"shards": i + 1}))
+
+
+def write_energon(manifest: str, out: str) -> None:
+    """Child (peers' venv): an Energon data set: links to the tar shards, then `energon
+    prepare` (its index, split and dataset.yaml: ImageClassificationSample, image from .jpg,
+    label from .cls)."""
+    energon_prepare(manifest, out, ["--sample-type", "ImageClassificationSample",
+                                    "--field-map", '{"image": "jpg", "label": "cls"}'])
+    print(json.dumps({"prepared": out}))
+
+
+def tar_members(paths: list) -> list:
+    """[(path, JPEG offset, JPEG size, label)] of every sample: SPDL has no format of its own,
+    so its source is a table of where each image lies in the tar shards (headers only)."""
+    import tarfile
+    table = []
+    for path in paths:
+        with tarfile.open(path, "r:") as tar, open(path, "rb") as f:
+            fields = {}
+            for m in tar:
+                key, _, ext = m.name.partition(".")
+                if ext == "jpg":
+                    fields.setdefault(key, {})["jpg"] = (m.offset_data, m.size)
+                elif ext == "cls":
+                    f.seek(m.offset_data)
+                    fields.setdefault(key, {})["cls"] = int(f.read(m.size))
+                else:
+                    continue
+                if len(fields[key]) == 2:
+                    v = fields.pop(key)
+                    table.append((path, v["jpg"][0], v["jpg"][1], v["cls"]))
+    return table
+
+
+def grain_image(record):
+    """Grain's map: a record to ([224, 224, 3] uint8, label) (module level: its workers import
+    it)."""
+    import struct
+    label = struct.unpack_from("<q", record)[0]
+    return {"jpg": rrc_flip_to_tensor(pil_decode(record[8:])).numpy(), "cls": label}
+
+
 # -- one contender, in its own process -------------------------------------------------------
 
 def run_one(cfg: dict) -> dict:
     """Child: iterates cfg["epochs"] epochs of contender cfg["lib"], returns timings."""
     import torch
     t_start = time.perf_counter()
+    cpu_start = cpu_seconds()
     lib, epochs, threads = cfg["lib"], cfg["epochs"], cfg["threads"]
     versions = {"torch": torch.__version__}
     set_epoch = None
+    epoch_batches = None  # epoch -> iterable of batches, where a DataLoader does not fit
     if lib in ("shardstream", "shardstream_noshuffle"):
         import shardstream
         from shardstream.torch import ShardDataset
@@ -414,20 +535,154 @@ def run_one(cfg: dict) -> dict:
 
         ds = StreamingImages(local=cfg["mds"], shuffle=True, batch_size=BATCH)
         dl = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=threads)
+    elif lib == "litdata":
+        import litdata
+        from litdata import StreamingDataLoader, StreamingDataset
+        versions["litdata"] = litdata.__version__
+
+        class LitImages(StreamingDataset):
+            def __getitem__(self, index):
+                s = super().__getitem__(index)
+                return rrc_flip_to_tensor(pil_decode(s["jpg"])), s["cls"]
+
+        ds = LitImages(cfg["copies"]["litdata"], shuffle=True)
+        dl = StreamingDataLoader(ds, batch_size=BATCH, num_workers=threads)
+        set_epoch = getattr(ds, "set_epoch", None)
+    elif lib == "grain":
+        import grain
+        from importlib.metadata import version
+        versions["grain"] = version("grain")
+        d = cfg["copies"]["grain"]
+        source = grain.sources.ArrayRecordDataSource(sorted(
+            os.path.join(d, f) for f in os.listdir(d) if f.endswith(".array_record")))
+        ds = grain.MapDataset.source(source).shuffle(seed=0)
+        dl = (ds.repeat(epochs).map(grain_image).batch(BATCH).to_iter_dataset()
+              .mp_prefetch(grain.MultiprocessingOptions(num_workers=threads)))
+        it = iter(dl)
+        per_epoch = -(-len(source) // BATCH)  # whole batches of one epoch, the last partial
+
+        def epoch_batches(epoch):
+            for _ in range(per_epoch):
+                b = next(it)
+                yield torch.from_numpy(b["jpg"]), torch.from_numpy(b["cls"])
+    elif lib == "spdl":
+        import numpy as np
+        from importlib.metadata import version
+        from spdl.pipeline import PipelineBuilder
+        versions["spdl"] = version("spdl")
+        table = tar_members(shard_paths(cfg["manifest"]))
+        files = {p: os.open(p, os.O_RDONLY) for p in {t[0] for t in table}}
+
+        def decode(row):
+            # On SPDL's threads: Pillow releases the GIL while it decodes and resizes. (SPDL's
+            # own image I/O, FFmpeg with a crop-and-scale filter graph per image, does 0.8x
+            # Pillow's images per second on these 256-pixel JPEGs: a decoder and a graph set up
+            # for every image.)
+            path, offset, size, label = row
+            return rrc_flip_to_tensor(pil_decode(os.pread(files[path], size, offset))), label
+
+        def collate(items):
+            return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items])
+
+        def epoch_batches(epoch):
+            # Its thread pipeline: the samples (shuffled per epoch) as the source, decoded on
+            # its threads, batched, collated; completion order, its default.
+            order = np.random.default_rng(epoch).permutation(len(table))
+            pipeline = (PipelineBuilder()
+                        .add_source(table[k] for k in order)
+                        .pipe(decode, concurrency=threads)
+                        .aggregate(BATCH)
+                        .pipe(collate)
+                        .add_sink(3)
+                        .build(num_threads=threads))
+            with pipeline.auto_stop():
+                yield from pipeline.get_iterator()
+    elif lib == "energon":
+        from importlib.metadata import version
+        from megatron.energon import (DefaultTaskEncoder, ImageClassificationSample,
+                                      SampleDecoder, WorkerConfig, get_loader, get_train_dataset)
+        versions["megatron-energon"] = version("megatron-energon")
+
+        class Encoder(DefaultTaskEncoder):
+            decoder = SampleDecoder(image_decode="pilrgb")
+
+            def encode_sample(self, s):
+                return ImageClassificationSample.derive_from(
+                    s, image=rrc_flip_to_tensor(s.image), label=int(s.label))
+
+            def batch(self, samples):
+                return (torch.stack([s.image for s in samples]),
+                        torch.tensor([s.label for s in samples]))
+
+        # Its documented training set-up: a shuffle buffer of 100, sequences of at most 100
+        # samples from one shard, the workers in WorkerConfig. A training set repeats
+        # forever, so an epoch is the data set's count of images.
+        ds = get_train_dataset(cfg["copies"]["energon"], batch_size=BATCH,
+                               shuffle_buffer_size=100, max_samples_per_sequence=100,
+                               worker_config=WorkerConfig(rank=0, world_size=1,
+                                                          num_workers=threads),
+                               task_encoder=Encoder())
+        dl = get_loader(ds)
+        it = iter(dl)
+
+        def epoch_batches(epoch):
+            n = 0
+            while n < cfg["images"]:
+                b = next(it)
+                n += int(b[0].shape[0])
+                yield b
+    elif lib == "dali":
+        import numpy as np
+        from importlib.metadata import version
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+        versions["nvidia-dali"] = version("nvidia-dali-cuda120")
+        paths = shard_paths(cfg["manifest"])
+        idx = cfg["copies"]["dali"]
+
+        # The CPU pipeline (device_id=None) of DALI's ResNet-50 recipe: its webdataset reader
+        # shuffling, image_random_crop decoding only the crop (its defaults are torchvision's
+        # scale and ratio), resize (antialiased), a random flip.
+        @pipeline_def(batch_size=BATCH, num_threads=threads, device_id=None, seed=0)
+        def pipe():
+            jpegs, cls = fn.readers.webdataset(
+                paths=paths, index_paths=[os.path.join(idx, f"part-{i:05d}.idx")
+                                          for i in range(len(paths))],
+                ext=["jpg", "cls"], random_shuffle=True, name="Reader",
+                missing_component_behavior="error")
+            images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+            images = fn.resize(images, resize_x=SIZE, resize_y=SIZE)
+            images = fn.flip(images, horizontal=fn.random.coin_flip())
+            # The label's text, padded to a fixed width so the batch is one tensor.
+            return images, fn.pad(cls, fill_value=0, shape=[16], axes=[0])
+
+        p = pipe()
+        p.build()
+        dali_it = DALIGenericIterator(p, ["jpg", "cls"], reader_name="Reader",
+                                      last_batch_policy=LastBatchPolicy.PARTIAL)
+
+        def epoch_batches(epoch):
+            for b in dali_it:
+                text = b[0]["cls"].numpy()
+                yield b[0]["jpg"], torch.tensor([int(bytes(r).rstrip(b"\0")) for r in text])
+            dali_it.reset()
     else:
         raise SystemExit(f"unknown contender {lib}")
 
     first = t_first = None
     images = batches = first_images = 0
+    images_per_epoch = []
     t_iter = time.perf_counter()
     for epoch in range(epochs):
         if set_epoch is not None:
             set_epoch(epoch)
-        for b in dl:
+        epoch_images = 0
+        for b in (epoch_batches(epoch) if epoch_batches is not None else dl):
             if isinstance(b, dict):
                 x, y = b["jpg"], b["cls"]
             else:
                 x, y = b[0], b[1]
+            epoch_images += int(x.shape[0])
             if first is None:
                 first = time.perf_counter() - t_start
                 t_first = time.perf_counter()
@@ -439,14 +694,24 @@ def run_one(cfg: dict) -> dict:
                 images += int(x.shape[0])
                 batches += 1
             del b, x, y
+        images_per_epoch.append(epoch_images)
     t_end = time.perf_counter()
     seconds = t_end - t_first
+    # Worker processes count once they are joined: drop the loader first.
+    dl = ds = it = epoch_batches = None
+    import gc
+    gc.collect()
+    # The whole run after `import torch`: set-up, start-up, every batch (a loader that works
+    # ahead before its first batch is not flattered by a window that starts after it).
+    cpu = cpu_seconds() - cpu_start
     return {"first_batch_s": first, "images": images, "batches": batches, "seconds": seconds,
             "images_per_s": images / seconds if seconds > 0 else None,
             # Everything from the first iter() on, the first batch included: a shuffle
             # buffer that decodes before the first batch is not hidden here.
             "with_first_batch_images_per_s": (images + first_images) / (t_end - t_iter),
-            "versions": versions}
+            "cpu_s": cpu,
+            "images_per_cpu_s": (images + first_images) / cpu if cpu > 0 else None,
+            "images_per_epoch": images_per_epoch, "versions": versions}
 
 
 # -- the driver ----------------------------------------------------------------------------
@@ -456,8 +721,21 @@ CONTENDERS = (
     ("shardstream_noshuffle", "shardstream (shuffle=False)"),
     ("webdataset", "WebDataset"),
     ("streaming", "Streaming"),
+    ("litdata", "LitData"),
+    ("grain", "Grain"),
+    ("spdl", "SPDL"),
+    ("energon", "Megatron-Energon"),
+    ("dali", "DALI (CPU)"),
     ("decode_limit", "decode limit"),
 )
+PEERS = ("webdataset", "streaming", "litdata", "grain", "spdl", "energon", "dali")
+# Peers whose own format is written once, by a child running this file with the flag, under
+# the Python that has the peer (PEERS_PYTHON: the peers' venv of scripts/bench_env.sh).
+COPIES = {"litdata": "--write-litdata", "grain": "--write-grain", "dali": "--write-dali-index",
+          "energon": "--write-energon"}
+PEERS_PYTHON = ("dali", "energon")
+IMPORTS = {"litdata": "litdata", "grain": "array_record", "spdl": "spdl.pipeline",
+           "energon": "megatron.energon", "dali": "nvidia.dali", "webdataset": "webdataset"}
 
 
 def median_or_none(values):
@@ -465,75 +743,159 @@ def median_or_none(values):
     return statistics.median(values) if values else None
 
 
+def ensure_decode_limit(path: str, out_dir: str) -> tuple:
+    """(program, None), or (None, why): the CMake-built decode limit at `path`, else the same
+    source compiled here with g++ into out_dir (it needs only TurboJPEG)."""
+    if os.access(path, os.X_OK):
+        return path, None
+    built = os.path.join(out_dir, "decode_limit_benchmark")
+    src = os.path.join(ROOT, "benchmarks", "decode_limit_benchmark.cc")
+    if os.access(built, os.X_OK) and os.path.getmtime(built) >= os.path.getmtime(src):
+        return built, None
+    import subprocess
+    log(f"decode limit: {path} not built; compiling {src} with g++")
+    r = subprocess.run(["g++", "-O2", "-std=c++17", src, "-o", built, "-lturbojpeg", "-pthread"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, f"could not compile {src}: {r.stderr.strip()[-300:]}"
+    return built, None
+
+
+def peer_missing(lib: str, python: str) -> str:
+    """Why `lib` cannot run under `python`, or None."""
+    import subprocess
+    if not os.path.exists(python):
+        return (f"no Python at {python}: bash scripts/bench_env.sh "
+                + ("--peers-venv" if lib in PEERS_PYTHON else "--peers"))
+    r = subprocess.run([python, "-c", f"import {IMPORTS[lib]}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return (f"`import {IMPORTS[lib]}` failed under {python} ({tail(r.stderr, 1)}): "
+                "bash scripts/bench_env.sh " + ("--peers-venv" if lib in PEERS_PYTHON
+                                                else "--peers"))
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", default="/tmp/ss-vision", help="data directory [/tmp/ss-vision]")
+    ap.add_argument("--dir", default=None,
+                    help="data directory [/tmp/ss-vision, or /tmp/ss-vision-lsN with --long-side]")
     ap.add_argument("--images", type=int, default=20000, help="images in the data set [20000]")
+    ap.add_argument("--long-side", type=int, default=None,
+                    help="resize each image so its long side is this (LitData's ImageNet recipe: "
+                         "256) [sides drawn from 300..640]")
     ap.add_argument("--runs", type=int, default=3, help="runs of each contender; medians [3]")
     ap.add_argument("--epochs", type=int, default=1, help="epochs per run [1]")
     ap.add_argument("--threads", type=int, default=2,
                     help="reader threads / DataLoader workers / decode threads [2]")
+    ap.add_argument("--libs", default="shardstream,shardstream_noshuffle,webdataset,streaming",
+                    help="contenders, comma-separated, from: " +
+                         ",".join(n for n, _ in CONTENDERS if n != "decode_limit") +
+                         ", or 'all' [shardstream,shardstream_noshuffle,webdataset,streaming]; "
+                         "the decode limit always runs")
     ap.add_argument("--skip-streaming", action="store_true")
     ap.add_argument("--skip-webdataset", action="store_true")
     ap.add_argument("--decode-limit-bin",
                     default=os.path.join(ROOT, "build", "benchmarks", "decode_limit_benchmark"),
-                    help="the decode limit program [build/benchmarks/decode_limit_benchmark]")
+                    help="the decode limit program [build/benchmarks/decode_limit_benchmark; "
+                         "compiled with g++ into --dir when missing]")
     ap.add_argument("--decode-limit-seconds", type=float, default=3.0,
                     help="the decode limit runs at least this long, and at least one pass [3]")
     ap.add_argument("--streaming-python",
                     default=os.path.join(ROOT, ".venv-bench", "bin", "python"),
                     help="Python of the Streaming environment (scripts/bench_env.sh) "
                          "[.venv-bench/bin/python]")
+    ap.add_argument("--peers-python",
+                    default=os.path.join(ROOT, ".venv-peers", "bin", "python"),
+                    help="Python with DALI and Megatron-Energon (scripts/bench_env.sh "
+                         "--peers-venv) [.venv-peers/bin/python]")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object (last stdout line) instead of the table")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--write-mds", nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
+    for flag in ("--write-mds",) + tuple(COPIES.values()):
+        ap.add_argument(flag, nargs=2, metavar=("MANIFEST", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(run_one(json.loads(args.child))))
         return
-    if args.write_mds:
-        write_mds(*args.write_mds)
-        return
+    for flag, fn in (("write_mds", write_mds), ("write_litdata", write_litdata),
+                     ("write_grain", write_grain), ("write_dali_index", write_dali_index),
+                     ("write_energon", write_energon)):
+        if getattr(args, flag):
+            fn(*getattr(args, flag))
+            return
 
     load_before = os.getloadavg()
-    root = os.path.abspath(args.dir)
+    if args.long_side:
+        # Images of 15-20 KiB: shards of 32 MiB, so that every worker of a shard-splitting
+        # peer gets several (20,000 images make 10).
+        DATA_PARAMS.update(long_side=args.long_side, max_bytes="32MiB")
+    root = os.path.abspath(args.dir or ("/tmp/ss-vision" + (f"-ls{args.long_side}"
+                                                             if args.long_side else "")))
     info = make_data(root, args.images)
     manifest = os.path.join(root, "manifest.jsonl")
     shards = shard_paths(manifest)
+    names = [n for n, _ in CONTENDERS if n != "decode_limit"]
+    want = names if args.libs == "all" else [x for x in args.libs.split(",") if x]
+    unknown = sorted(set(want) - set(names))
+    if unknown:
+        raise SystemExit(f"--libs: unknown contender(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(names)}")
 
-    skipped = {}  # contender -> reason it has no figure
+    skipped = {n: "not asked for (--libs)" for n in names if n not in want}
     if args.skip_webdataset:
         skipped["webdataset"] = "skipped (--skip-webdataset)"
-    mds = None
-    streaming_python = os.path.abspath(args.streaming_python)
     if args.skip_streaming:
         skipped["streaming"] = "skipped (--skip-streaming)"
-    elif not os.path.exists(streaming_python):
-        skipped["streaming"] = (f"no Streaming environment at {streaming_python}: run "
-                                "scripts/bench_env.sh, or pass --streaming-python")
-    else:
-        try:
-            mds = ensure_mds(streaming_python, ME, manifest, os.path.join(root, "mds"),
-                             info["params"])
-        except RuntimeError as e:
-            skipped["streaming"] = str(e)
-    decode_bin = os.path.abspath(args.decode_limit_bin)
-    if not os.access(decode_bin, os.X_OK):
-        skipped["decode_limit"] = (f"{decode_bin} not built (cmake --build build --target "
-                                   "decode_limit_benchmark, or g++ -O2 -std=c++17 "
-                                   "benchmarks/decode_limit_benchmark.cc -lturbojpeg -pthread)")
+    streaming_python = os.path.abspath(args.streaming_python)
+    peers_python = os.path.abspath(args.peers_python)
 
-    warm_cache(shards + ([os.path.join(mds, f) for f in sorted(os.listdir(mds))] if mds else []))
+    def python_of(name: str) -> str:
+        return (streaming_python if name == "streaming" else
+                peers_python if name in PEERS_PYTHON else sys.executable)
+
+    mds = None
+    if "streaming" not in skipped:
+        if not os.path.exists(streaming_python):
+            skipped["streaming"] = (f"no Streaming environment at {streaming_python}: run "
+                                    "scripts/bench_env.sh, or pass --streaming-python")
+        else:
+            try:
+                mds = ensure_mds(streaming_python, ME, manifest, os.path.join(root, "mds"),
+                                 info["params"])
+            except RuntimeError as e:
+                skipped["streaming"] = str(e)
+    copies = {}  # peer -> the directory of its own format
+    for name in IMPORTS:
+        if name in skipped:
+            continue
+        why = peer_missing(name, python_of(name))
+        if why:
+            skipped[name] = why
+            continue
+        if name in COPIES:
+            try:
+                copies[name] = ensure_mds(python_of(name), ME, manifest,
+                                          os.path.join(root, name), info["params"],
+                                          flag=COPIES[name], what=f"{name} copy")
+            except RuntimeError as e:
+                skipped[name] = str(e)
+    decode_bin, why = ensure_decode_limit(os.path.abspath(args.decode_limit_bin), root)
+    if why:
+        skipped["decode_limit"] = why
+
+    extra = [os.path.join(mds, f) for f in sorted(os.listdir(mds))] if mds else []
+    for d in copies.values():
+        extra += [os.path.join(d, f) for f in sorted(os.listdir(d))
+                  if os.path.isfile(os.path.join(d, f)) and not os.path.islink(os.path.join(d, f))]
+    warm_cache(shards + extra)
 
     def command(name: str) -> list:
         if name == "decode_limit":
             return [decode_bin, "--threads", str(args.threads), "--seconds",
                     str(args.decode_limit_seconds)] + shards
         cfg = {"lib": name, "manifest": manifest, "mds": mds, "epochs": args.epochs,
-               "threads": args.threads}
-        python = streaming_python if name == "streaming" else sys.executable
-        return [python, ME, "--child", json.dumps(cfg)]
+               "threads": args.threads, "copies": copies, "images": args.images}
+        return [python_of(name), ME, "--child", json.dumps(cfg)]
 
     torch_rss = import_torch_rss(args.runs)
 
@@ -543,6 +905,8 @@ def main() -> None:
             log(f"run {r + 1}/{args.runs} {name}: {why}")
             return why
         log(f"run {r + 1}/{args.runs} {name}: {res['images_per_s']:.1f} images/s"
+            + (f", {res['images_per_cpu_s']:.1f} per CPU s"
+               if res.get("images_per_cpu_s") else "")
             + (f", first batch {res['first_batch_s'] * 1000:.0f} ms"
                if res.get("first_batch_s") is not None else "")
             + f", peak RSS {res['peak_rss'] / 2**20:.0f} MiB")
@@ -565,45 +929,57 @@ def main() -> None:
         if name == "decode_limit":
             res["megapixels_per_s"] = median_or_none(x["megapixels_per_s"] for x in rs)
             res["decoded_per_run"] = [x["decoded"] for x in rs]
+            # Its threads are busy the whole time: a CPU second per thread-second.
+            res["images_per_cpu_s"] = res["images_per_s"] / args.threads
         else:
             res["with_first_batch_images_per_s"] = median_or_none(
                 x["with_first_batch_images_per_s"] for x in rs)
+            res["images_per_cpu_s"] = median_or_none(x.get("images_per_cpu_s") for x in rs)
+            res["images_per_epoch"] = rs[-1].get("images_per_epoch")
             res["images_per_run"] = [x["images"] for x in rs]
             res["versions"] = rs[-1].get("versions")
         results[name] = res
 
-    def rate(name):
-        return results[name]["images_per_s"]
+    def rate(name, key="images_per_s"):
+        return results[name].get(key)
 
-    def ratio(a, b):
-        return rate(a) / rate(b) if rate(a) and rate(b) else None
+    def ratio(a, b, key="images_per_s"):
+        return rate(a, key) / rate(b, key) if rate(a, key) and rate(b, key) else None
 
+    ran_peers = [n for n in PEERS if rate(n)]
+    fastest = max(ran_peers, key=rate, default=None)
+    fastest_cpu = max(ran_peers, key=lambda n: rate(n, "images_per_cpu_s") or 0, default=None)
     summary = {
         "images_per_s": rate("shardstream"),
+        "images_per_cpu_s": rate("shardstream", "images_per_cpu_s"),
         "with_first_batch_images_per_s": results["shardstream"].get(
             "with_first_batch_images_per_s"),
         "first_batch_s": results["shardstream"].get("first_batch_s"),
         "peak_rss_bytes": results["shardstream"].get("peak_rss_bytes"),
         "shardstream_noshuffle_images_per_s": rate("shardstream_noshuffle"),
-        "webdataset_images_per_s": rate("webdataset"),
-        "streaming_images_per_s": rate("streaming"),
         "decode_limit_images_per_s": rate("decode_limit"),
-        "ratio_to_webdataset": ratio("shardstream", "webdataset"),
-        "ratio_to_streaming": ratio("shardstream", "streaming"),
         "ratio_to_decode_limit": ratio("shardstream", "decode_limit"),
-        "noshuffle_ratio_to_webdataset": ratio("shardstream_noshuffle", "webdataset"),
         "noshuffle_ratio_to_decode_limit": ratio("shardstream_noshuffle", "decode_limit"),
+        "noshuffle_ratio_to_webdataset": ratio("shardstream_noshuffle", "webdataset"),
+        "fastest_peer": fastest,
+        "ratio_to_fastest_peer": ratio("shardstream", fastest) if fastest else None,
+        "fastest_peer_per_cpu_s": fastest_cpu,
+        "ratio_to_fastest_peer_per_cpu_s": (ratio("shardstream", fastest_cpu, "images_per_cpu_s")
+                                            if fastest_cpu else None),
     }
-    for name in ("webdataset", "streaming", "decode_limit", "shardstream_noshuffle"):
-        prefix = name
+    for name in PEERS:
+        summary[f"{name}_images_per_s"] = rate(name)
+        summary[f"ratio_to_{name}"] = ratio("shardstream", name)
+        summary[f"ratio_to_{name}_per_cpu_s"] = ratio("shardstream", name, "images_per_cpu_s")
+    for name in PEERS + ("decode_limit", "shardstream_noshuffle"):
         if rate(name) is None:
-            summary[f"{prefix}_reason"] = results[name]["reason"]
+            summary[f"{name}_reason"] = results[name]["reason"]
         else:
             if name != "decode_limit":
-                summary[f"{prefix}_first_batch_s"] = results[name].get("first_batch_s")
-                summary[f"{prefix}_with_first_batch_images_per_s"] = results[name].get(
+                summary[f"{name}_first_batch_s"] = results[name].get("first_batch_s")
+                summary[f"{name}_with_first_batch_images_per_s"] = results[name].get(
                     "with_first_batch_images_per_s")
-            summary[f"{prefix}_peak_rss_bytes"] = results[name].get("peak_rss_bytes")
+            summary[f"{name}_peak_rss_bytes"] = results[name].get("peak_rss_bytes")
     notes = []
     if args.images * args.epochs < 20 * 1000:
         notes.append(f"{args.images} images x {args.epochs} epoch(s) is small next to the "
@@ -618,10 +994,11 @@ def main() -> None:
         "import_torch_rss_bytes": torch_rss,
         "contenders": results,
         "settings": {
-            "dir": root, "images": args.images, "runs": args.runs, "epochs": args.epochs,
-            "threads": args.threads, "batch_size": BATCH, "size": SIZE,
+            "dir": root, "images": args.images, "long_side": args.long_side, "runs": args.runs,
+            "epochs": args.epochs, "threads": args.threads, "batch_size": BATCH, "size": SIZE,
             "decode_limit_bin": decode_bin, "decode_limit_seconds": args.decode_limit_seconds,
             "streaming_python": streaming_python if "streaming" not in skipped else None,
+            "peers_python": peers_python,
             "python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "load_average_before": load_before,
         },
@@ -631,13 +1008,18 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary))
         return
+    print_table(args, info, torch_rss, results, notes)
+
+
+def print_table(args, info, torch_rss, results, notes) -> None:
     mib = 2 ** 20
     print(f"{args.images} JPEGs ({info['mean_megapixels']:.2f} MP, "
           f"{info['mean_jpeg_bytes'] / 1024:.0f} KiB on average) -> [{BATCH}, {SIZE}, {SIZE}, 3] "
           f"uint8, {args.threads} threads/workers, {args.epochs} epoch(s), median of {args.runs}; "
           f"import torch alone: {torch_rss / mib:.0f} MiB")
-    print(f"{'contender':28s} {'images/s':>9s} {'(with 1st)':>10s} {'first batch':>12s} "
-          f"{'peak RSS':>9s} {'shardstream/x':>14s}  runs")
+    print(f"{'contender':28s} {'images/s':>9s} {'(with 1st)':>10s} {'per CPU s':>9s} "
+          f"{'first batch':>12s} {'peak RSS':>9s} {'shardstream/x':>14s} {'per CPU s':>9s}  runs")
+    ss = results["shardstream"]
     for name, label in CONTENDERS:
         res = results[name]
         if res["images_per_s"] is None:
@@ -645,18 +1027,24 @@ def main() -> None:
             continue
         fb = (f"{res['first_batch_s'] * 1000:9.0f} ms" if res.get("first_batch_s") is not None
               else f"{'-':>12s}")
-        x = ratio("shardstream", name)
+        x = (ss["images_per_s"] / res["images_per_s"]) if ss["images_per_s"] else None
+        xc = (ss["images_per_cpu_s"] / res["images_per_cpu_s"]
+              if ss.get("images_per_cpu_s") and res.get("images_per_cpu_s") else None)
         wf = res.get("with_first_batch_images_per_s")
         wf = f"{wf:10.1f}" if wf is not None else f"{'-':>10s}"
-        print(f"{label:28s} {res['images_per_s']:9.1f} {wf} {fb} "
+        pc = res.get("images_per_cpu_s")
+        pc = f"{pc:9.1f}" if pc else f"{'-':>9s}"
+        print(f"{label:28s} {res['images_per_s']:9.1f} {wf} {pc} {fb} "
               f"{res['peak_rss_bytes'] / mib:5.0f} MiB"
-              f" {(f'{x:.2f}x' if x else '-'):>14s}  "
+              f" {(f'{x:.2f}x' if x else '-'):>14s} {(f'{xc:.2f}x' if xc else '-'):>9s}  "
               + ", ".join(f"{v:.0f}" for v in res["runs_images_per_s"]))
     if results["decode_limit"].get("megapixels_per_s"):
         print(f"decode limit: {results['decode_limit']['megapixels_per_s']:.0f} MP/s "
-              "(full-size TurboJPEG decode only; its RSS holds every JPEG in memory)")
+              "(full-size TurboJPEG decode only; its RSS holds every JPEG in memory; per CPU s "
+              "counts its threads busy throughout)")
     print("images/s: whole epochs after the first batch; (with 1st): from the first iter() "
-          "on, first batch included")
+          "on, first batch included; per CPU s: every image delivered over the process tree's CPU "
+          "seconds after `import torch` (set-up, workers' start-up and every batch)")
     for n in notes:
         print("note: " + n)
 

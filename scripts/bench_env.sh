@@ -10,6 +10,7 @@
 #
 #   bash scripts/bench_env.sh            # then: python benchmarks/vision_benchmark.py
 #   bash scripts/bench_env.sh --peers    # LitData, Grain and SPDL into .venv (see below)
+#   bash scripts/bench_env.sh --peers-venv   # DALI and Megatron-Energon into .venv-peers
 #
 # PYTHON picks the interpreter (default python3; it must match the torch wheel,
 # cp311 for the CPU build of torch 2.13). TORCH_SPEC overrides the torch requirement.
@@ -30,6 +31,19 @@ if [ "${1:-}" = "--peers" ]; then
   "${py[@]}" -m pip install -q --disable-pip-version-check "grain==0.2.18" "spdl==0.8.0"
   "${py[@]}" -c "import litdata, grain, array_record, spdl.dataloader; print('bench_env: ok:',
 'litdata', litdata.__version__, ', grain and spdl in .venv')"
+  exit 0
+fi
+# --peers-venv: DALI's CPU pipeline and Megatron-Energon, for vision_benchmark.py, in a venv of
+# their own, .venv-peers: Energon brings s3fs, multi-storage-client and webdataset, DALI
+# nvImageCodec and nvCOMP (about 2 GB; the CUDA parts stay unused with device_id=None).
+if [ "${1:-}" = "--peers-venv" ]; then
+  pv="$root/.venv-peers"
+  [ -x "$pv/bin/python" ] || { echo "bench_env: creating $pv"; "${PYTHON:-python3}" -m venv "$pv"; }
+  [ -f "$pv/.gitignore" ] || printf '# created by scripts/bench_env.sh\n*\n' > "$pv/.gitignore"
+  "$pv/bin/python" -m pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}" \
+    "pillow==13.0.0" "nvidia-dali-cuda120==2.4.0" "megatron-energon==7.4.1"
+  "$pv/bin/python" -c "import torch, nvidia.dali, megatron.energon
+print('bench_env: ok: dali', nvidia.dali.__version__, ', megatron-energon, torch', torch.__version__)"
   exit 0
 fi
 venv="$root/.venv-bench"
