@@ -1,7 +1,13 @@
 // shardstream manifest SHARD... [--out FILE]: a manifest for shards that
-// already exist (size, sample count, checksum), computed in parallel.
+// already exist (size, sample count, checksum), computed in parallel,
+// resumable after an interruption, with progress on stderr.
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
@@ -17,6 +23,7 @@ struct ManifestArgs {
   std::vector<std::string> shards;
   std::string out;
   unsigned threads = 0;
+  double progress_s = 5;
 };
 
 // The url as the manifest stores it: relative to the manifest's directory
@@ -44,6 +51,114 @@ Result<std::vector<std::string>> ExpandShards(const std::vector<std::string>& ar
   return out;
 }
 
+// What an interrupted run leaves beside --out: "<out>.partial", JSON Lines, a header naming
+// the list of shards, then a line per finished shard. A rerun of the same command takes the
+// finished shards from it (each whose size is unchanged) and does the rest; the manifest is
+// written whole at the end and the journal removed. A local file written with stdio: it is
+// this command's bookkeeping, not data read through a Source.
+class Journal {
+ public:
+  // Opens the journal for `shards`, taking what a run over the same list noted into *m and
+  // marking those shards in *noted (a shard noted twice: its last line). Whether a noted
+  // shard is still as it was is the caller's to check.
+  static Result<std::unique_ptr<Journal>> Open(const std::string& path,
+                                               const std::vector<std::string>& shards,
+                                               Manifest* m, std::vector<bool>* noted) {
+    const std::string list = ListDigest(shards);
+    std::vector<std::string> latest(shards.size());
+    size_t count = 0;
+    if (FILE* in = std::fopen(path.c_str(), "r")) {
+      std::string text;
+      char buf[1 << 16];
+      for (size_t n; (n = std::fread(buf, 1, sizeof(buf), in)) > 0;) text.append(buf, n);
+      std::fclose(in);
+      size_t pos = 0, line_no = 0;
+      while (pos < text.size()) {
+        size_t eol = text.find('\n', pos);
+        if (eol == std::string::npos) break;  // a line cut by the interruption
+        std::string line = text.substr(pos, eol - pos);
+        pos = eol + 1;
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (line_no++ == 0) {
+          const bool same = j.is_object() && j.value("shardstream_manifest_journal", 0) == 1 &&
+                            j.value("shards", size_t{0}) == shards.size() &&
+                            j.value("list", "") == list;
+          if (!same) {
+            std::cerr << "manifest: " << path
+                      << " is from a run over other shards; starting over\n";
+            break;
+          }
+          continue;
+        }
+        if (!j.is_object() || !j.contains("i") || !j["i"].is_number_unsigned()) continue;
+        const size_t i = j["i"].get<size_t>();
+        if (i >= shards.size() || j.value("url", "") != shards[i]) continue;
+        ShardEntry& e = m->shards[i];
+        e.size = j.value("size", int64_t{-1});
+        e.nsamples = j.value("nsamples", int64_t{-1});
+        e.checksum = j.value("checksum", "");
+        const bool whole = e.size >= 0 && e.nsamples >= 0 && !e.checksum.empty();
+        if (whole && !(*noted)[i]) ++count;
+        if (!whole && (*noted)[i]) --count;
+        (*noted)[i] = whole;
+        latest[i] = whole ? line : "";
+      }
+    }
+    // Rewritten with only the lines taken (a torn last line must not precede new ones).
+    const std::string tmp = path + ".tmp";
+    FILE* out = std::fopen(tmp.c_str(), "w");
+    if (!out) return Status::FromErrno(errno, "writing " + tmp);
+    std::string head = nlohmann::json({{"shardstream_manifest_journal", 1},
+                                       {"shards", shards.size()},
+                                       {"list", list}})
+                           .dump();
+    std::fprintf(out, "%s\n", head.c_str());
+    for (const std::string& l : latest)
+      if (!l.empty()) std::fprintf(out, "%s\n", l.c_str());
+    if (std::fflush(out) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      std::fclose(out);
+      return Status::FromErrno(err, "writing " + path);
+    }
+    auto j = std::unique_ptr<Journal>(new Journal(path, out));
+    j->noted_ = count;
+    return j;
+  }
+  ~Journal() {
+    if (out_) std::fclose(out_);
+  }
+  size_t noted() const { return noted_; }
+
+  void Record(size_t i, const std::string& url, const ShardEntry& e) {
+    std::string line = nlohmann::json({{"i", i},
+                                       {"url", url},
+                                       {"size", e.size},
+                                       {"nsamples", e.nsamples},
+                                       {"checksum", e.checksum}})
+                           .dump();
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fprintf(out_, "%s\n", line.c_str());
+    std::fflush(out_);  // on disk as far as an interruption of this process goes
+  }
+  void Remove() {
+    std::fclose(out_);
+    out_ = nullptr;
+    std::remove(path_.c_str());
+  }
+
+ private:
+  Journal(std::string path, FILE* out) : path_(std::move(path)), out_(out) {}
+  static std::string ListDigest(const std::vector<std::string>& shards) {
+    auto h = Hasher::Create("xxh3_128");
+    for (const std::string& s : shards) (*h)->Update(s.data(), s.size() + 1);  // with the NUL
+    return (*h)->Finish();
+  }
+  std::string path_;
+  FILE* out_;
+  std::mutex mu_;
+  size_t noted_ = 0;
+};
+
 int RunManifest(const ManifestArgs& args) {
   auto shards = ExpandShards(args.shards);
   if (!shards.ok()) {
@@ -54,16 +169,45 @@ int RunManifest(const ManifestArgs& args) {
   a.shards = std::move(*shards);
   Manifest m;
   m.shards.resize(a.shards.size());
-  std::vector<Status> errors(a.shards.size());
+  std::vector<bool> noted(a.shards.size(), false);
   std::string dir = a.out.empty() ? "" : UrlDirname(a.out);
+  for (size_t i = 0; i < a.shards.size(); ++i) {
+    m.shards[i].url = RelativeTo(dir, a.shards[i]);
+    m.shards[i].resolved = a.shards[i];
+  }
+  // A journal where the manifest is a local file (stdout and remote outputs have none).
+  std::unique_ptr<Journal> journal;
+  if (!a.out.empty() && !LocalPath(a.out).empty()) {
+    auto j = Journal::Open(LocalPath(a.out) + ".partial", a.shards, &m, &noted);
+    if (!j.ok()) {
+      std::cerr << "manifest: " << j.status() << "\n";
+      return 1;
+    }
+    journal = std::move(*j);
+    if (journal->noted() > 0)
+      std::cerr << "manifest: resuming: " << journal->noted() << " of " << a.shards.size()
+                << " shards done by an earlier run (" << LocalPath(a.out) << ".partial)\n";
+  }
+  std::vector<Status> errors(a.shards.size());
+  std::atomic<size_t> changed{0};
+  Progress progress("manifest", a.shards.size(), a.progress_s);
   ParallelFor(a.shards.size(), a.threads, [&](size_t i) {
     const std::string& url = a.shards[i];
     ShardEntry& e = m.shards[i];
-    e.url = RelativeTo(dir, url);
-    e.resolved = url;
+    if (noted[i]) {
+      // Taken if the shard still has the size noted; otherwise (rewritten since, or gone)
+      // done again. Checked here, in parallel: a Stat is a request on a remote store.
+      auto info = DefaultSource()->Stat(url);
+      if (info.ok() && static_cast<int64_t>(info->size) == e.size) {
+        progress.Done(static_cast<uint64_t>(e.size), 1);
+        return;
+      }
+      changed.fetch_add(1);
+    }
     auto d = DigestFile(*DefaultSource(), url);
     if (!d.ok()) {
       errors[i] = d.status();
+      progress.Done(0);
       return;
     }
     e.size = static_cast<int64_t>(d->size);
@@ -71,15 +215,29 @@ int RunManifest(const ManifestArgs& args) {
     auto index = BuildSampleIndex(url);
     if (!index.ok()) {
       errors[i] = index.status();
+      progress.Done(d->size);
       return;
     }
     e.nsamples = static_cast<int64_t>(index->samples.size());
+    if (journal) journal->Record(i, url, e);
+    progress.Done(d->size);
   });
+  if (changed.load() > 0)
+    std::cerr << "manifest: " << changed.load()
+              << " of the shards done earlier changed in size since (or are gone): read again\n";
+  size_t failed = 0;
   for (const Status& st : errors) {
     if (!st.ok()) {
       std::cerr << "manifest: " << st << "\n";
-      return 1;
+      ++failed;
     }
+  }
+  if (failed > 0) {
+    if (journal)
+      std::cerr << "manifest: " << failed << " of " << a.shards.size()
+                << " shards failed; the others are kept in " << LocalPath(a.out)
+                << ".partial, and the same command again does only what is left\n";
+    return 1;
   }
   if (a.out.empty()) {
     std::cout << FormatManifestJsonl(m);
@@ -89,6 +247,7 @@ int RunManifest(const ManifestArgs& args) {
     std::cerr << "manifest: " << st << "\n";
     return 1;
   }
+  if (journal) journal->Remove();
   int64_t total = 0;
   for (const auto& e : m.shards) total += e.nsamples;
   std::cout << "wrote " << a.out << " (" << m.shards.size() << " shards, " << total
@@ -106,6 +265,13 @@ SHARDSTREAM_COMMAND(manifest, [](CLI::App& app) {
   sub->add_option("--out", args->out,
                   "Manifest file to write (JSON Lines; urls relative to it); default stdout");
   sub->add_option("--threads", args->threads, "Shards read at once (0: one per core)");
+  sub->add_option("--progress", args->progress_s,
+                  "Seconds between progress lines on stderr (0: none)")
+      ->capture_default_str();
+  sub->footer(
+      "With --out FILE, finished shards are noted in FILE.partial as they finish: after an "
+      "interruption or a failed shard, the same command again reads only the shards not done "
+      "(or changed in size since).");
   sub->callback([args] {
     if (Status st = ExpandBraceArgs(&args->shards); !st.ok()) {
       std::cerr << "manifest: " << st << "\n";

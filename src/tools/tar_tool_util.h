@@ -5,10 +5,14 @@
 #define SHARDSTREAM_TOOLS_TAR_TOOL_UTIL_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shardstream/byte_size.h"
@@ -87,6 +91,59 @@ inline std::string HumanBytes(uint64_t n) {
   std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
   return buf;
 }
+
+// Progress of a long command on stderr: "<what>: 4,210/10,000 shards (42%), 31.4 GiB, 42 s,
+// about 58 s left", at most every `interval_s` seconds (0: never), from any thread. A run
+// shorter than the interval prints nothing; the caller prints its own summary.
+class Progress {
+ public:
+  Progress(std::string what, size_t total, double interval_s)
+      : what_(std::move(what)), total_(total), interval_s_(interval_s),
+        start_(std::chrono::steady_clock::now()), last_(start_) {}
+
+  // One more item done (of `bytes`); `resumed` items were done by an earlier run.
+  void Done(uint64_t bytes, size_t resumed = 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ += 1;
+    resumed_ += resumed;
+    bytes_ += bytes;
+    if (interval_s_ <= 0) return;
+    auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < interval_s_ || done_ == total_) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    // The rate of the items this run did itself, not of those it found done.
+    const size_t worked = done_ - resumed_;
+    std::string eta;
+    if (worked > 0) {
+      const double left = elapsed / static_cast<double>(worked) *
+                          static_cast<double>(total_ - done_);
+      eta = ", about " + Seconds(left) + " left";
+    }
+    std::fprintf(stderr, "%s: %zu/%zu shards (%.0f%%), %s, %s%s\n", what_.c_str(), done_,
+                 total_, 100.0 * static_cast<double>(done_) / static_cast<double>(total_),
+                 HumanBytes(bytes_).c_str(), Seconds(elapsed).c_str(), eta.c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  static std::string Seconds(double s) {
+    char buf[32];
+    if (s < 120) std::snprintf(buf, sizeof(buf), "%.0f s", s);
+    else if (s < 7200) std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
+    else std::snprintf(buf, sizeof(buf), "%.1f h", s / 3600);
+    return buf;
+  }
+
+  const std::string what_;
+  const size_t total_;
+  const double interval_s_;
+  const std::chrono::steady_clock::time_point start_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_;
+  size_t done_ = 0, resumed_ = 0;
+  uint64_t bytes_ = 0;
+};
 
 }  // namespace shardstream::tools
 
