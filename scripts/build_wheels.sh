@@ -16,7 +16,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-pythons=3.9,3.11,3.13
+known=(3.9 3.11 3.13)  # the Pythons this script can build for (below: where each comes from)
+pythons=$(IFS=,; echo "${known[*]}")
 out_dir=dist
 while (($#)); do
   case "$1" in
@@ -31,10 +32,8 @@ mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 IFS=, read -r -a versions <<< "$pythons"
 for v in "${versions[@]}"; do
-  case "$v" in
-    3.9|3.11|3.13) ;;
-    *) echo "build_wheels: no CPython $v here (3.9, 3.11 and 3.13 are)" >&2; exit 2 ;;
-  esac
+  [[ " ${known[*]} " == *" $v "* ]] ||
+    { echo "build_wheels: no CPython $v here (${known[*]} are)" >&2; exit 2; }
 done
 
 # shellcheck source=scripts/chroot.sh

@@ -34,6 +34,17 @@ wheels=$(cd "$wheels" && pwd)
 source "$root/scripts/chroot.sh"
 trap chroot_leave_all EXIT
 
+# The one wheel of Python tag $1 in $wheels. None, or several (another version left beside it),
+# is an error: which one ran must not depend on how ls sorts.
+one_wheel() {
+  local found=("$wheels"/shardstream-*-"$1"-*manylinux*.whl)
+  [ -e "${found[0]}" ] ||
+    { echo "test_wheels: no $1 wheel in $wheels (scripts/build_wheels.sh)" >&2; return 1; }
+  ((${#found[@]} == 1)) ||
+    { echo "test_wheels: ${#found[@]} $1 wheels in $wheels (${found[*]##*/}): keep one" >&2; return 1; }
+  echo "${found[0]}"
+}
+
 # test_in RELEASE SUITE PYTAG [test_wheel.sh options] -- PACKAGE...
 test_in() {
   local release=$1 suite=$2 pytag=$3
@@ -42,8 +53,7 @@ test_in() {
   while [ "$1" != -- ]; do opts+=("$1"); shift; done
   shift
   local whl
-  whl=$(ls "$wheels"/shardstream-*-"$pytag"-*manylinux*.whl 2>/dev/null | head -1)
-  [ -n "$whl" ] || { echo "test_wheels: no $pytag wheel in $wheels (scripts/build_wheels.sh)" >&2; return 1; }
+  whl=$(one_wheel "$pytag") || return 1
   local dir="$root/build-chroot/$suite-test" start=$SECONDS
   echo "== Debian $release ($suite): $(basename "$whl")"
   chroot_make "$dir" "$suite" "$@"
@@ -70,8 +80,8 @@ refusals() {
   chroot_run "$dir" bash -c 'rm -rf /tmp/refuse && python3 -m venv /tmp/refuse &&
                              /tmp/refuse/bin/pip install -q --upgrade pip' > "$log" 2>&1 ||
     { cat "$log" >&2; return 1; }
-  whl=$(ls "$wheels"/shardstream-*-cp313-*manylinux*.whl 2>/dev/null | head -1)
-  if [ -n "$whl" ]; then
+  if compgen -G "$wheels/shardstream-*-cp313-*manylinux*.whl" > /dev/null; then
+    whl=$(one_wheel cp313) || return 1
     cp "$whl" "$dir/opt/wheels/"
     if chroot_run "$dir" /tmp/refuse/bin/pip install --no-deps "/opt/wheels/$(basename "$whl")" \
          > "$log" 2>&1; then
@@ -81,7 +91,8 @@ refusals() {
       { cat "$log" >&2; echo "test_wheels: pip refused the cp313 wheel without its usual message" >&2; return 1; }
     echo "  pip on Python 3.9 refuses the cp313 wheel: $(grep -m1 'is not a supported wheel' "$log")"
   fi
-  whl=/opt/wheels/$(basename "$(ls "$wheels"/shardstream-*-cp39-*manylinux*.whl | head -1)")
+  whl=$(one_wheel cp39) || return 1
+  whl=/opt/wheels/$(basename "$whl")
   # pip told the machine is manylinux_2_31 takes the wheel (the control), told 2_28 refuses it.
   chroot_run "$dir" /tmp/refuse/bin/pip install --dry-run --no-deps --only-binary=:all: \
     --platform manylinux_2_31_x86_64 --target /tmp/refuse-target "$whl" > "$log" 2>&1 ||

@@ -2,8 +2,8 @@
 // The wheels bundle a libcurl built on Debian, whose compiled-in bundle path
 // (/etc/ssl/certs/ca-certificates.crt) does not exist on RHEL, Rocky, Amazon
 // Linux or SUSE: there the system's own bundle is found where the
-// distribution keeps it, as Go's crypto/x509 and Python's certifi-less
-// installs do.
+// distribution keeps it: the first of the places Go's crypto/x509 also
+// searches that exists.
 #ifndef SHARDSTREAM_HTTP_CA_BUNDLE_H_
 #define SHARDSTREAM_HTTP_CA_BUNDLE_H_
 
