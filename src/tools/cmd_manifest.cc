@@ -80,23 +80,21 @@ class Journal {
         pos = eol + 1;
         auto j = nlohmann::json::parse(line, nullptr, false);
         if (line_no++ == 0) {
-          const bool same = j.is_object() && j.value("shardstream_manifest_journal", 0) == 1 &&
-                            j.value("shards", size_t{0}) == shards.size() &&
-                            j.value("list", "") == list;
-          if (!same) {
+          if (!SameList(j, shards.size(), list)) {
             std::cerr << "manifest: " << path
-                      << " is from a run over other shards; starting over\n";
+                      << " is from a run over other shards, or damaged; starting over\n";
             break;
           }
           continue;
         }
-        if (!j.is_object() || !j.contains("i") || !j["i"].is_number_unsigned()) continue;
-        const size_t i = j["i"].get<size_t>();
-        if (i >= shards.size() || j.value("url", "") != shards[i]) continue;
+        // A line that is not what Record writes (damaged, edited) is not taken.
+        size_t i = 0;
+        ShardEntry got;
+        if (!ParseNoted(j, &i, &got) || i >= shards.size() || got.url != shards[i]) continue;
         ShardEntry& e = m->shards[i];
-        e.size = j.value("size", int64_t{-1});
-        e.nsamples = j.value("nsamples", int64_t{-1});
-        e.checksum = j.value("checksum", "");
+        e.size = got.size;
+        e.nsamples = got.nsamples;
+        e.checksum = got.checksum;
         const bool whole = e.size >= 0 && e.nsamples >= 0 && !e.checksum.empty();
         if (whole && !(*noted)[i]) ++count;
         if (!whole && (*noted)[i]) --count;
@@ -148,6 +146,31 @@ class Journal {
 
  private:
   Journal(std::string path, FILE* out) : path_(std::move(path)), out_(out) {}
+  static bool SameList(const nlohmann::json& j, size_t n, const std::string& list) {
+    const auto version = j.find("shardstream_manifest_journal");
+    const auto count = j.find("shards");
+    const auto digest = j.find("list");
+    return j.is_object() && version != j.end() && *version == 1 && count != j.end() &&
+           count->is_number_unsigned() && count->get<size_t>() == n && digest != j.end() &&
+           digest->is_string() && digest->get<std::string>() == list;
+  }
+  // A shard's line: {"i", "url", "size", "nsamples", "checksum"} of the right types.
+  static bool ParseNoted(const nlohmann::json& j, size_t* i, ShardEntry* e) {
+    if (!j.is_object()) return false;
+    const auto at = [&](const char* k) { return j.find(k); };
+    const auto ji = at("i"), url = at("url"), size = at("size"), n = at("nsamples"),
+               sum = at("checksum");
+    if (ji == j.end() || !ji->is_number_unsigned() || url == j.end() || !url->is_string() ||
+        size == j.end() || !size->is_number_integer() || n == j.end() ||
+        !n->is_number_integer() || sum == j.end() || !sum->is_string())
+      return false;
+    *i = ji->get<size_t>();
+    e->url = url->get<std::string>();
+    e->size = size->get<int64_t>();
+    e->nsamples = n->get<int64_t>();
+    e->checksum = sum->get<std::string>();
+    return true;
+  }
   static std::string ListDigest(const std::vector<std::string>& shards) {
     auto h = Hasher::Create("xxh3_128");
     for (const std::string& s : shards) (*h)->Update(s.data(), s.size() + 1);  // with the NUL

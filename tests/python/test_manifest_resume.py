@@ -153,9 +153,45 @@ def test_a_failed_shard_a_changed_shard_and_a_journal_of_other_shards(tmp_path):
         before = len(gets(log))
         r = run(urls)
         assert r.returncode == 0, r.stderr
-        assert "is from a run over other shards; starting over" in r.stderr
+        assert "is from a run over other shards, or damaged; starting over" in r.stderr
         assert set(gets(log)[before:]) == set(names)
         assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+
+        # Damaged journals: fields of the wrong types, a line cut short, bytes that are not
+        # JSON. Nothing crashes; what does not parse is read again.
+        for header, lines in (
+                ({"shardstream_manifest_journal": 1, "shards": "six", "list": 7}, []),
+                (None, []),
+                ("take", [{"i": 0, "url": urls[0], "size": "big", "nsamples": 5,
+                           "checksum": rows[0]["checksum"]},
+                          {"i": -1, "url": urls[1]}, {"i": 1, "url": 5},
+                          "not json", '{"i": 3, "url": "' + urls[3][:10]])):
+            if header == "take":  # the header of this very list, from a journal kept on failure
+                victim.write_bytes(good[:100])
+                r = run(urls)
+                assert r.returncode == 1
+                victim.write_bytes(good)
+                with open(journal) as f:
+                    kept = f.read()  # its header and the five shards it did
+                damaged = [json.dumps(x) if isinstance(x, dict) else x for x in lines]
+                body = kept + "\n".join(damaged)  # the last one cut short, no newline
+            else:
+                body = ("\x00\xff garbage\n" if header is None else json.dumps(header) + "\n")
+            with open(journal, "w") as f:
+                f.write(body)
+            before = len(gets(log))
+            r = run(urls)
+            assert r.returncode == 0, (header, r.stderr)
+            assert "Traceback" not in r.stderr and "terminate" not in r.stderr
+            if header == "take":
+                # The five shards the failed run noted are taken; the damaged lines after
+                # them neither add nor take away anything: only shard 2 is read.
+                assert "resuming: 5 of 6 shards" in r.stderr, r.stderr
+                assert set(gets(log)[before:]) == {names[2]}
+            else:
+                assert "starting over" in r.stderr
+                assert set(gets(log)[before:]) == set(names)
+            assert [json.loads(line) for line in out.read_text().splitlines()] == rows
 
 
 def test_index_keeps_indexes_that_describe_their_shard_and_rebuilds_the_rest(tmp_path):
