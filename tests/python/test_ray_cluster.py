@@ -5,6 +5,7 @@ read_shards reads it back on both, every row once, to a local folder and to moto
 enforced; every node has the credentials in its environment, as on a real cluster)."""
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -105,8 +106,15 @@ def test_a_sink_writes_from_both_nodes_and_the_source_reads_it_back(two_nodes, t
     rows = [{"__key__": f"r{i:05d}", "tokens.npy": np.arange(i % 50 + 1, dtype=np.int32),
              "cls": i % 5} for i in range(600)]
     ds = ray.data.from_items(rows, override_num_blocks=6)
-    nodes = set(ds.map_batches(lambda b: {"node": [ray.get_runtime_context().get_node_id()]},
-                               batch_size=None).unique("node"))
+
+    def where(batch):
+        time.sleep(0.2)  # a block is busy long enough for the other node to take the next
+        return {"node": [ray.get_runtime_context().get_node_id()]}
+
+    # SPREAD: Ray's default packs small, quick tasks onto the node that asks, which once put
+    # all six on one node here and made this precondition, not the sink, fail.
+    nodes = set(ds.map_batches(where, batch_size=None, scheduling_strategy="SPREAD")
+                .unique("node"))
     assert len(nodes) == 2, "blocks are processed on both nodes"
     ds.write_datasink(ShardSink(tmp_path / "set", shard_size="8KiB"))
     got = read_shards(tmp_path / "set" / "manifest.jsonl").take_all()
