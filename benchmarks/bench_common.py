@@ -235,3 +235,32 @@ def energon_prepare(manifest: str, out: str, prepare_args: list) -> None:
     subprocess.run([tool, "prepare", out, "--non-interactive", "--split-parts", r"train:.*\.tar$",
                     "--num-workers", "2", "--force-overwrite"] + prepare_args, check=True,
                    stdout=subprocess.DEVNULL)
+
+
+def write_array_records(manifest: str, out: str, records) -> int:
+    """Grain's format for a data set: one ArrayRecord file per tar shard of `manifest` in `out`,
+    a record per sample (`records(shard path)` yields their bytes), group size 1 for random
+    access, as Grain's docs advise. Returns the count of records."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    n = 0
+    for i, path in enumerate(shard_paths(manifest)):
+        w = ArrayRecordWriter(os.path.join(out, f"part-{i:05d}.array_record"), "group_size:1")
+        for record in records(path):
+            w.write(record)
+            n += 1
+        w.close()
+    return n
+
+
+def peer_missing(python: str, module: str, install: str):
+    """Why a peer cannot run under `python` (no such Python, or `import module` fails there),
+    with `install`, the command that installs it; None when it can."""
+    if not os.path.exists(python):
+        return f"no Python at {python}: {install}"
+    r = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"`import {module}` failed under {python} ({tail(r.stderr, 1)}): {install}"
+    return None

@@ -1,7 +1,7 @@
 """shardstream against the loaders users pick: one table, three workloads, every peer.
 
     bash scripts/bench_env.sh             # MosaicML Streaming's venv (.venv-bench)
-    bash scripts/bench_env.sh --peers     # LitData, Grain, SPDL (+ FFmpeg's libraries) in .venv
+    bash scripts/bench_env.sh --peers     # LitData, Grain and SPDL in .venv
     bash scripts/bench_env.sh --peers-venv   # DALI and Megatron-Energon in .venv-peers
     python benchmarks/peers_benchmark.py [--runs 3] [--json]
 
@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+from bench_common import last_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKEN_PEERS = ("webdataset", "streaming", "litdata", "grain", "spdl", "energon")
 NAMES = {"shardstream": "shardstream", "webdataset": "WebDataset", "streaming": "Streaming",
@@ -54,10 +56,10 @@ def run(cmd: list) -> dict:
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{os.path.basename(cmd[1])} exited {r.returncode}")
-    for line in reversed(r.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"{os.path.basename(cmd[1])} printed no JSON")
+    out = last_json(r.stdout)
+    if not out:
+        raise RuntimeError(f"{os.path.basename(cmd[1])} printed no JSON")
+    return out
 
 
 def token_rows(out: dict, kind: str) -> list:

@@ -89,13 +89,12 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 
 from bench_common import (cpu_seconds, energon_prepare, ensure_mds, finish_dir,
-                          import_torch_rss, interleave, log, prepare_dir, read_json, shard_paths,
-                          tail, warm_cache)
+                          import_torch_rss, interleave, log, peer_missing, prepare_dir, read_json,
+                          shard_paths, warm_cache, write_array_records)
 
 BATCH = 256
 WORKERS = 2  # DataLoader workers of WebDataset and Streaming
@@ -194,19 +193,10 @@ def write_litdata(manifest: str, out: str) -> None:
 
 
 def write_grain(manifest: str, out: str) -> None:
-    """Child: the tokens as ArrayRecord files (one per shard, a record per sample, group
-    size 1 for random access, as Grain's docs advise), read by Grain's ArrayRecordDataSource."""
-    from array_record.python.array_record_module import ArrayRecordWriter
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
-    n = 0
-    for i, path in enumerate(shard_paths(manifest)):
-        w = ArrayRecordWriter(os.path.join(out, f"part-{i:05d}.array_record"), "group_size:1")
-        for tokens in tar_tokens([path]):
-            w.write(tokens.tobytes())
-            n += 1
-        w.close()
+    """Child: the tokens as ArrayRecord files, a record per sample (its int32 bytes), read by
+    Grain's ArrayRecordDataSource."""
+    n = write_array_records(manifest, out,
+                            lambda path: (tokens.tobytes() for tokens in tar_tokens([path])))
     print(json.dumps({"samples": n}))
 
 
@@ -529,14 +519,10 @@ def main() -> None:
         module = {"litdata": "litdata", "grain": "array_record", "spdl": "spdl",
                   "energon": "megatron.energon"}[lib]
         python = python_of(lib)
-        r = (subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
-             if os.path.exists(python) else None)
-        if r is None or r.returncode != 0:
-            where = (".venv-peers: bash scripts/bench_env.sh --peers-venv" if lib in PEERS_PYTHON
-                     else ".venv: bash scripts/bench_env.sh --peers")
-            skipped[lib] = (f"`import {module}` failed under {python} "
-                            f"({'no such file' if r is None else tail(r.stderr, 1)}); "
-                            f"it goes into {where}")
+        why = peer_missing(python, module, "bash scripts/bench_env.sh " +
+                           ("--peers-venv" if lib in PEERS_PYTHON else "--peers"))
+        if why:
+            skipped[lib] = why
             continue
         try:
             copies[lib] = {n: ensure_mds(python, ME, manifests[n],

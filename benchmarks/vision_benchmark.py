@@ -103,8 +103,8 @@ import sys
 import time
 
 from bench_common import (cpu_seconds, energon_prepare, ensure_mds, finish_dir,
-                          import_torch_rss, interleave, log, prepare_dir, shard_paths, tail,
-                          warm_cache)
+                          import_torch_rss, interleave, log, peer_missing, prepare_dir,
+                          shard_paths, warm_cache, write_array_records)
 
 BATCH = 256
 SIZE = 224
@@ -421,20 +421,11 @@ def write_litdata(manifest: str, out: str) -> None:
 
 
 def write_grain(manifest: str, out: str) -> None:
-    """Child: the images as ArrayRecord files (one per shard; a record per sample, its label as
-    8 bytes then the JPEG; group size 1 for random access, as Grain's docs advise)."""
+    """Child: the images as ArrayRecord files, a record per sample: its label as 8 bytes, then
+    the JPEG."""
     import struct
-    from array_record.python.array_record_module import ArrayRecordWriter
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
-    n = 0
-    for i, path in enumerate(shard_paths(manifest)):
-        w = ArrayRecordWriter(os.path.join(out, f"part-{i:05d}.array_record"), "group_size:1")
-        for _key, jpeg, label in tar_samples([path]):
-            w.write(struct.pack("<q", label) + jpeg)
-            n += 1
-        w.close()
+    n = write_array_records(manifest, out, lambda path: (
+        struct.pack("<q", label) + jpeg for _key, jpeg, label in tar_samples([path])))
     print(json.dumps({"samples": n}))
 
 
@@ -632,7 +623,6 @@ def run_one(cfg: dict) -> dict:
                 n += int(b[0].shape[0])
                 yield b
     elif lib == "dali":
-        import numpy as np
         from importlib.metadata import version
         from nvidia.dali import fn, pipeline_def, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -761,20 +751,6 @@ def ensure_decode_limit(path: str, out_dir: str) -> tuple:
     return built, None
 
 
-def peer_missing(lib: str, python: str) -> str:
-    """Why `lib` cannot run under `python`, or None."""
-    import subprocess
-    if not os.path.exists(python):
-        return (f"no Python at {python}: bash scripts/bench_env.sh "
-                + ("--peers-venv" if lib in PEERS_PYTHON else "--peers"))
-    r = subprocess.run([python, "-c", f"import {IMPORTS[lib]}"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return (f"`import {IMPORTS[lib]}` failed under {python} ({tail(r.stderr, 1)}): "
-                "bash scripts/bench_env.sh " + ("--peers-venv" if lib in PEERS_PYTHON
-                                                else "--peers"))
-    return None
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default=None,
@@ -868,7 +844,8 @@ def main() -> None:
     for name in IMPORTS:
         if name in skipped:
             continue
-        why = peer_missing(name, python_of(name))
+        why = peer_missing(python_of(name), IMPORTS[name], "bash scripts/bench_env.sh " +
+                           ("--peers-venv" if name in PEERS_PYTHON else "--peers"))
         if why:
             skipped[name] = why
             continue

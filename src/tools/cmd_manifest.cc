@@ -54,8 +54,8 @@ Result<std::vector<std::string>> ExpandShards(const std::vector<std::string>& ar
 // What an interrupted run leaves beside --out: "<out>.partial", JSON Lines, a header naming
 // the list of shards, then a line per finished shard. A rerun of the same command takes the
 // finished shards from it (each whose size is unchanged) and does the rest; the manifest is
-// written whole at the end and the journal removed. A local file written with stdio: it is
-// this command's bookkeeping, not data read through a Source.
+// written whole at the end and the journal removed. Local only: lines are appended with stdio
+// as shards finish, which a Source's whole-object writes cannot do.
 class Journal {
  public:
   // Opens the journal for `shards`, taking what a run over the same list noted into *m and
@@ -67,11 +67,10 @@ class Journal {
     const std::string list = ListDigest(shards);
     std::vector<std::string> latest(shards.size());
     size_t count = 0;
-    if (FILE* in = std::fopen(path.c_str(), "r")) {
-      std::string text;
-      char buf[1 << 16];
-      for (size_t n; (n = std::fread(buf, 1, sizeof(buf), in)) > 0;) text.append(buf, n);
-      std::fclose(in);
+    Result<std::string> read = ReadFileToString(*DefaultSource(), path);
+    if (!read.ok() && read.status().code() != StatusCode::kNotFound) return read.status();
+    if (read.ok()) {
+      const std::string& text = *read;
       size_t pos = 0, line_no = 0;
       while (pos < text.size()) {
         size_t eol = text.find('\n', pos);
@@ -102,22 +101,18 @@ class Journal {
         latest[i] = whole ? line : "";
       }
     }
-    // Rewritten with only the lines taken (a torn last line must not precede new ones).
-    const std::string tmp = path + ".tmp";
-    FILE* out = std::fopen(tmp.c_str(), "w");
-    if (!out) return Status::FromErrno(errno, "writing " + tmp);
-    std::string head = nlohmann::json({{"shardstream_manifest_journal", 1},
+    // Rewritten with only the lines taken (a torn last line must not precede new ones), then
+    // appended to as shards finish.
+    std::string kept = nlohmann::json({{"shardstream_manifest_journal", 1},
                                        {"shards", shards.size()},
                                        {"list", list}})
-                           .dump();
-    std::fprintf(out, "%s\n", head.c_str());
+                           .dump() +
+                       "\n";
     for (const std::string& l : latest)
-      if (!l.empty()) std::fprintf(out, "%s\n", l.c_str());
-    if (std::fflush(out) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
-      const int err = errno;
-      std::fclose(out);
-      return Status::FromErrno(err, "writing " + path);
-    }
+      if (!l.empty()) kept += l + "\n";
+    SHARDSTREAM_RETURN_IF_ERROR(WriteFileAtomic(*DefaultSource(), path, kept));
+    FILE* out = std::fopen(path.c_str(), "a");
+    if (!out) return Status::FromErrno(errno, "appending to " + path);
     auto j = std::unique_ptr<Journal>(new Journal(path, out));
     j->noted_ = count;
     return j;

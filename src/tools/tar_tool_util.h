@@ -92,7 +92,7 @@ inline std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
-// Progress of a long command on stderr: "<what>: 4,210/10,000 shards (42%), 31.4 GiB, 42 s,
+// Progress of a long command on stderr: "<what>: 4210/10000 shards (42%), 31.4 GiB, 42 s,
 // about 58 s left", at most every `interval_s` seconds (0: never), from any thread. A run
 // shorter than the interval prints nothing; the caller prints its own summary.
 class Progress {
