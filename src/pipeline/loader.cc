@@ -82,10 +82,13 @@ Result<Batch> Loader::next() {
   if (!m.sticky.ok()) return m.sticky;
   if (m.ended) return Batch();
   if (m.batch_target >= 0 && m.returned >= m.batch_target) {
-    // Equal batches: this consumer's share ends with everyone's.
+    // Equal batches: this consumer's share ends with everyone's. A run
+    // that padded ran out of data (skipped): what it did not deliver was
+    // skipped, not cut.
     m.ended = true;
+    const bool padded = m.run != nullptr && m.run->padded() > 0;
     m.EndRun();
-    if (m.equal_cut) m.CountCut();
+    if (m.equal_cut && !padded) m.CountCut();
     return Batch();
   }
   if (!m.run && m.opt.fields.empty() && m.opt.tokens.field.empty()) {
@@ -119,6 +122,8 @@ Result<Batch> Loader::next() {
       m.missing_indexes = std::make_shared<internal::MissingIndexes>();
     rc.missing_indexes = m.missing_indexes;
     rc.token_decode = m.token_decode;
+    if (!m.opt.tokens.field.empty() && m.batch_target >= 0)
+      rc.batch_target = m.batch_target - m.returned;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
     std::lock_guard<std::mutex> lock(m.run_mu);
     if (m.cancelled.load()) return Status::Cancelled("loader stopped");

@@ -242,9 +242,22 @@ Status LoaderRun::Emit(Batch&& b) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   Status s = queue_.Push(std::move(b));  // blocks while the queue is full
+  if (s.ok()) emitted_.fetch_add(1);
   AddWaitSince(&counters_->caller_wait_ns, t0);
   counters_->queue_depth = static_cast<int64_t>(queue_.size());
   return s;
+}
+
+Status LoaderRun::PadToTarget() {
+  const int64_t short_by = config_.batch_target - emitted_.load();
+  if (config_.batch_target < 0 || short_by <= 0) return Status::OK();
+  padded_ = short_by;
+  Log().warn("loader: consumer {}'s epoch {} ran out {} batch(es) short of the count every consumer "
+             "returns (data skipped under error_policy; stats: skipped_shards, skipped_samples): "
+             "{} batch(es) of padding (doc_ids -1, pad_token) keep the ranks in step",
+             config_.plan.consumer, config_.epoch, short_by, short_by);
+  SHARDSTREAM_RETURN_IF_ERROR(packer_->Pad(short_by));
+  return packer_->FinishPending();
 }
 
 int LoaderRun::Assemble() {
@@ -257,6 +270,7 @@ int LoaderRun::Assemble() {
     // The batch handed over goes before the end or the error.
     Status p = packer_->FinishPending();
     if (s.ok()) s = p;
+    if (s.ok()) s = PadToTarget();
     if (stop_.load()) return -1;
   }
   if (s.ok()) {

@@ -59,6 +59,11 @@ struct RunConfig {
   // How the token field decodes where its name does not say (an MDS column):
   // kRaw or kNpy; kAuto goes by the name.
   FieldDecode token_decode = FieldDecode::kAuto;
+  // Token batches with equal batches: how many batches this run must return.
+  // A run that ends short (shards or samples skipped under error_policy)
+  // fills up with batches of padding, so DDP ranks still end the epoch
+  // together. -1: no count.
+  int64_t batch_target = -1;
 };
 
 class LoaderRun {
@@ -75,6 +80,8 @@ class LoaderRun {
   bool StarvedOfSlots() const;
   // One line per reader lane (ShardLanes::Describe); any thread.
   std::vector<std::string> Describe() { return lanes_->Describe(); }
+  // Batches of padding this run added to reach batch_target (0: none).
+  int64_t padded() const { return padded_.load(); }
 
  private:
   // The assembler's step: returns the lane it waits for, or -1 when done.
@@ -106,6 +113,8 @@ class LoaderRun {
   void FlushDirect(DirectCursor* c);
   static void ReleaseChunks(LaneItem* item);  // once its bytes are placed
   Status Emit(Batch&& b);
+  // At the end of the data: batches of padding up to config_.batch_target.
+  Status PadToTarget();
 
   RunConfig config_;
   const LoaderOptions& opt_;
@@ -131,6 +140,7 @@ class LoaderRun {
   // Eval mode: the plan range being read (ranges are taken in order).
   size_t next_range_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> emitted_{0}, padded_{0};
   // Assembler state, kept between steps (the step's worker changes).
   bool known_ = false;
   bool draining_ = false;

@@ -348,4 +348,15 @@ Status TokenPacker::Flush() {
   return Complete();
 }
 
+Status TokenPacker::Pad(int64_t batches) {
+  if (!slots_.ready()) SHARDSTREAM_RETURN_IF_ERROR(Init());
+  for (int64_t b = 0; b < batches; ++b) {
+    SHARDSTREAM_RETURN_IF_ERROR(StartBatch());
+    while (row_ < batch_size_) SHARDSTREAM_RETURN_IF_ERROR(EndRow());  // each row all padding
+    row_ = 0;
+    SHARDSTREAM_RETURN_IF_ERROR(Complete());
+  }
+  return Status::OK();
+}
+
 }  // namespace shardstream::internal

@@ -37,6 +37,9 @@ class SHARDSTREAM_EXPORT TokenPacker {
              const DirectDoc* direct = nullptr);
   // Emits the partial batch (rows filled so far, the last padded).
   Status Flush();
+  // Emits `batches` full batches of padding rows (pad_token; doc_ids -1,
+  // positions 0; kPad: mask 0, lengths 0) and no documents. Call after Flush.
+  Status Pad(int64_t batches);
   // Where the document being written stands (for resume state).
   int64_t row() const { return row_; }
   int64_t col() const { return col_; }

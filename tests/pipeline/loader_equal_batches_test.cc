@@ -282,6 +282,110 @@ TEST(LoaderEqualBatchesTest, WhatTheCutLeavesOutIsCounted) {
   EXPECT_GE(cut_consumers, 2);  // uneven enough that most consumers lose some
 }
 
+// 8 shards of 10 documents of 63 tokens: with the eod token, a document is
+// a row of 64, and every consumer of 4 plans the same 5 batches.
+std::string WriteRows(const std::string& dir) {
+  ShardWriterOptions o;
+  o.write_index = true;
+  o.max_samples = 10;
+  auto w = ShardWriter::Create(dir, o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  for (int g = 0; g < 80; ++g) {
+    std::vector<int32_t> t(63, g + 1);
+    Sample smp;
+    smp.key = "d" + std::to_string(g);
+    Field f;
+    f.name = "tokens.npy";
+    const std::string npy = EncodeNpy(DType::kInt32, {63},
+        std::string_view(reinterpret_cast<const char*>(t.data()), t.size() * 4));
+    f.data = npy;
+    smp.fields = {f};
+    EXPECT_TRUE((*w)->Write(smp).ok());
+  }
+  EXPECT_TRUE((*w)->Close().ok());
+  return dir + "/manifest.jsonl";
+}
+
+TEST(LoaderEqualBatchesTest, AShardSkippedUnderThePolicyIsPaddedSoEveryConsumerEndsTogether) {
+  // The count every consumer returns comes from the indexes, before a byte
+  // is read; a consumer whose shard turns out corrupt under kSkipShard has
+  // fewer documents than planned. Ending early would leave the other DDP
+  // ranks in their next all-reduce forever: it returns batches of padding
+  // instead (no documents, doc_ids -1), and says so.
+  TempDir dir;
+  const std::string m = WriteRows(dir.path());
+  std::vector<int64_t> clean;
+  for (int r = 0; r < 4; ++r) {
+    auto l = Loader::Create(Tokens(m, 4, r));
+    ASSERT_TRUE(l.ok()) << l.status();
+    clean.push_back(CountBatches(l->get()));
+  }
+  EXPECT_EQ(clean, std::vector<int64_t>(4, 5));
+  // The header of a shard's 2nd document: a bad checksum (the rest of the
+  // shard, 9 documents, is skipped).
+  const std::string shard = dir.path() + "/shard-000003.tar";
+  std::string bytes = testing::ReadFile(shard);
+  const size_t at = bytes.find("d31.tokens.npy");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at + 148, 8, "XXXXXXXX");
+  testing::WriteFile(shard, bytes);
+  int64_t padding = 0, skipped = 0;
+  for (int r = 0; r < 4; ++r) {
+    LoaderOptions o = Tokens(m, 4, r);
+    o.error_policy = ErrorPolicy::kSkipShard;
+    auto l = Loader::Create(o);
+    ASSERT_TRUE(l.ok()) << l.status();
+    int64_t n = 0, docs = 0;
+    bool padded = false;
+    while (true) {
+      auto b = l->get()->next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (b->empty()) break;
+      ++n;
+      docs += b->num_samples();
+      TensorView doc = b->tensor("doc_ids");
+      const auto* ids = static_cast<const int32_t*>(doc.data);
+      const bool all_pad = std::all_of(ids, ids + doc.nbytes / 4, [](int32_t i) { return i == -1; });
+      if (padded) EXPECT_TRUE(all_pad) << "padding comes last";
+      if (all_pad) {
+        EXPECT_EQ(b->num_samples(), 0);
+        EXPECT_EQ(b->rows(), 4);
+        padded = true;
+        ++padding;
+      }
+    }
+    EXPECT_EQ(n, 5) << "consumer " << r;
+    const LoaderStats s = (*l)->stats();
+    skipped += static_cast<int64_t>(s.skipped_shards);
+    EXPECT_EQ(padded, s.skipped_shards > 0) << "consumer " << r;
+    // (d30 goes too: a sample ends where the next header is read.)
+    EXPECT_EQ(docs, s.skipped_shards > 0 ? 10 : 20) << "consumer " << r;
+    EXPECT_EQ(s.cut_samples, 0u) << "skipped, not cut";
+  }
+  EXPECT_EQ(skipped, 1);
+  EXPECT_EQ(padding, 2);  // 10 documents fill 3 of the 5 batches
+  // The control: the same consumers under kRaise, one fails on that shard
+  // (reading through the tar headers: direct reads take the values where
+  // the index says, and this header's checksum is all that is wrong).
+  int failed = 0;
+  for (int r = 0; r < 4; ++r) {
+    LoaderOptions o = Tokens(m, 4, r);
+    o.direct_reads = false;
+    auto l = Loader::Create(o);
+    ASSERT_TRUE(l.ok());
+    while (true) {
+      auto b = l->get()->next();
+      if (!b.ok()) {
+        EXPECT_NE(b.status().ToString().find("shard-000003.tar"), std::string::npos) << b.status();
+        ++failed;
+        break;
+      }
+      if (b->empty()) break;
+    }
+  }
+  EXPECT_EQ(failed, 1);
+}
+
 TEST(LoaderEqualBatchesTest, PadLayoutCountsRowsPerDocument) {
   TempDir dir;
   const std::string m = WriteUneven(dir.path());
