@@ -94,8 +94,11 @@ void ShardCache::Impl::EnqueueDownload(std::shared_ptr<Download> d) {
 }
 
 void ShardCache::Impl::Prefetch(const std::vector<ShardRef>& upcoming) {
-  if (opts.mode != CacheMode::kReadWrite || stopping()) return;
+  if (opts.mode != CacheMode::kReadWrite) return;
   std::lock_guard<std::mutex> lock(mu_);
+  // Under the lock, as in EnqueueDownload: a thread started after Stop()
+  // took threads_ would never be joined (std::terminate at destruction).
+  if (stopping()) return;
   prefetch_queue_.clear();  // superseded by the new plan position
   int n = std::min<int>(opts.prefetch_lookahead, static_cast<int>(upcoming.size()));
   for (int i = 0; i < n; ++i) {
