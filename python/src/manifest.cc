@@ -3,7 +3,9 @@
 // Source seam so s3://, http(s):// and file manifests all work.
 #include <pybind11/pybind11.h>
 
+#include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
+#include "shardstream/url.h"
 #include "status_to_exception.h"
 
 namespace py = pybind11;
@@ -38,6 +40,37 @@ void RegisterManifest(py::module_& m) {
       py::arg("url"),
       "The shards of a manifest (local, file://, http(s)://, s3://) or brace pattern: "
       "[{'url' (resolved), 'size', 'nsamples'}], None where unknown.");
+  m.def(
+      "is_store_prefix",
+      [](const std::string& url) {
+        const std::string scheme = UrlScheme(url);
+        if ((scheme != "s3" && scheme != "gs") || IsBracePattern(url)) return false;
+        const std::string name = UrlBasename(url);  // "" after a trailing '/'
+        return name.find('.') == std::string::npos;
+      },
+      py::arg("url"),
+      "True for an object-store prefix (s3:// or gs://, ending in '/' or in a name without a "
+      "dot): an input the loader lists.");
+  m.def(
+      "resolve_listing",
+      [](const std::string& url) {
+        std::string text;
+        {
+          py::gil_scoped_release nogil;  // a listing and an index per shard: requests
+          Result<Manifest> r = ResolveDataset({url}, ResolveOptions());
+          if (!r.ok()) {
+            py::gil_scoped_acquire gil;
+            ThrowStatus(r.status());
+          }
+          for (ShardEntry& e : r->shards)
+            if (!e.resolved.empty()) e.url = e.resolved;  // absolute: read from anywhere
+          text = FormatManifestJsonl(*r);
+        }
+        return text;
+      },
+      py::arg("url"),
+      "What the loader makes of an input (a listing, its manifest, every shard's sample "
+      "count from its index), as manifest JSON Lines with absolute urls.");
 }
 
 }  // namespace shardstream::python

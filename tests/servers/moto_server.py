@@ -19,7 +19,8 @@ the credential provider chain tests need it:
    moto does not enforce STS's 900 s minimum DurationSeconds (only botocore's
    client-side validation does), so durations of a few seconds work as is.
 
-`moto_server.py --port-0` listens on a port the kernel picks and prints "port N".
+`moto_server.py --port-0` listens on a port the kernel picks and prints "port N", and
+counts the requests it serves (GET /_shardstream/requests).
 """
 import os
 import sys
@@ -126,6 +127,39 @@ def _get_error_model_with_status(exception, service_model):
 serialize.get_error_model = _get_error_model_with_status
 
 
+# --- 3. a count of the requests, for tests that count them ----------------
+# GET /_shardstream/requests answers {"list": ListObjects(V2) calls, "GET": object GETs, "HEAD":
+# object HEADs, "PUT": ..., "by_key": {"GET /bucket/key": n, ...}}.
+_counts = {"by_key": {}}
+
+
+def _counting(app):
+    import json
+    import threading
+    lock = threading.Lock()
+
+    def wrapped(environ, start_response):
+        path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
+        if path == "/_shardstream/requests":
+            with lock:
+                body = json.dumps(_counts).encode()
+            start_response("200 OK", [("Content-Type", "application/json"),
+                                      ("Content-Length", str(len(body)))])
+            return [body]
+        query = environ.get("QUERY_STRING", "")
+        parts = [p for p in path.split("/") if p]
+        is_list = method == "GET" and len(parts) == 1 and "uploads" not in query
+        kind = "list" if is_list else method
+        with lock:
+            _counts[kind] = _counts.get(kind, 0) + 1
+            if not is_list and len(parts) > 1:
+                key = f"{method} {path}"
+                _counts["by_key"][key] = _counts["by_key"].get(key, 0) + 1
+        return app(environ, start_response)
+
+    return wrapped
+
+
 def serve_on_a_free_port():
     """`--port-0`: binds a port the kernel picks and prints "port N" once it listens, so that
     no port is reserved and released first for another process to take (moto.server.main
@@ -134,7 +168,7 @@ def serve_on_a_free_port():
     from moto.server import DomainDispatcherApplication, create_backend_app
     app = DomainDispatcherApplication(create_backend_app)
     app.debug = True
-    server = make_server("127.0.0.1", 0, app, threaded=True)  # as main's run_simple
+    server = make_server("127.0.0.1", 0, _counting(app), threaded=True)  # as main's run_simple
     os.environ["MOTO_PORT"] = str(server.port)
     print("port", server.port, flush=True)
     server.serve_forever()

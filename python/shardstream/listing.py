@@ -1,0 +1,96 @@
+"""An object-store prefix listed once per job, not once per process.
+
+Given a prefix (``s3://bucket/data/``), every process that opens a loader lists it and reads
+each shard's sample index to learn its count: a node of 8 ranks x 2 DataLoader workers asks 16
+times, and a prefix of 100,000 shards is 100 list pages and 100,000 index reads each time.
+:func:`shared_inputs` resolves such an input once: the first rank of the job to get there lists
+it and puts the result (a manifest with absolute urls and counts) in torch.distributed's store;
+the other ranks take it from there. Each rank writes it to a local file that stands in for the
+prefix, which its DataLoader workers then read. Without torch.distributed (one process, or before
+``init_process_group``) the process lists once for itself and its workers.
+
+The listing is of the job's start: objects added under the prefix later are not read, as with a
+manifest. A listing that fails raises on the rank that listed and, with the same message, on every
+rank that waited for it.
+"""
+
+import atexit
+import contextlib
+import hashlib
+import os
+import tempfile
+from typing import Any, List, Optional, Tuple
+
+from . import _core
+
+_KEY = "shardstream/listing/"
+_ERROR = "error:"
+_files: List[Tuple[int, str]] = []  # (the process that wrote it, path)
+
+
+def _store() -> Optional[Any]:
+    """torch.distributed's default store, when a process group with several ranks is up."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    from torch.distributed import distributed_c10d
+    try:
+        return distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
+def _remove_files() -> None:
+    # Forked DataLoader workers inherit this hook: only the writer removes its files.
+    for pid, path in _files:
+        if pid == os.getpid():
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _resolve(url: str) -> str:
+    """The manifest text of ``url``: listed here, or by the job's first rank."""
+    store = _store()
+    if store is None:
+        return _core.resolve_listing(url)
+    key = _KEY + hashlib.sha256(url.encode()).hexdigest()
+    if store.add(key + "/claim", 1) == 1:  # the first to get here lists; the rest wait
+        try:
+            text = _core.resolve_listing(url)
+        except Exception as e:
+            store.set(key, (_ERROR + type(e).__name__ + ":" + str(e)).encode())
+            raise
+        store.set(key, text.encode())
+        return text
+    got = store.get(key).decode()  # blocks until set (the store's timeout)
+    if got.startswith(_ERROR):
+        kind, _, message = got[len(_ERROR):].partition(":")
+        from . import errors
+        raise getattr(errors, kind, RuntimeError)(f"{message} (listed by another rank)")
+    return got
+
+
+def shared_input(url: str) -> str:
+    """``url`` itself, or for an object-store prefix a local manifest of what it lists."""
+    if not isinstance(url, str) or not _core.is_store_prefix(url):
+        return url
+    text = _resolve(url)
+    fd, path = tempfile.mkstemp(prefix="shardstream-listing-", suffix=".jsonl")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    if not _files:
+        atexit.register(_remove_files)
+    _files.append((os.getpid(), path))
+    return path
+
+
+def shared_inputs(urls: Any) -> Any:
+    """``urls`` (one input or a list) with each object-store prefix resolved once per job."""
+    if isinstance(urls, str):
+        return shared_input(urls)
+    if isinstance(urls, (list, tuple)):
+        return [shared_input(u) for u in urls]
+    return urls
