@@ -9,8 +9,9 @@ the other ranks take it from there. Each rank writes it to a local file that sta
 prefix, which its DataLoader workers then read. Without torch.distributed (one process, or before
 ``init_process_group``) the process lists once for itself and its workers.
 
-The listing is of the job's start: objects added under the prefix later are not read, as with a
-manifest. A listing that fails raises on the rank that listed and, with the same message, on every
+Only a prefix of tar shards whose counts the indexes give is shared so: rows, Parquet and MDS
+sets, and shards without indexes, are resolved by each process as before. The listing is of the
+job's start: objects added under the prefix later are not read, as with a manifest. A listing that fails raises on the rank that listed and, with the same message, on every
 rank that waited for it.
 """
 
@@ -21,10 +22,11 @@ import os
 import tempfile
 from typing import Any, List, Optional, Tuple
 
-from . import _core
+from . import _core, _logging
 
 _KEY = "shardstream/listing/"
 _ERROR = "error:"
+_NONE = b"none"  # not a plain manifest: every process resolves the prefix itself
 _files: List[Tuple[int, str]] = []  # (the process that wrote it, path)
 
 
@@ -51,21 +53,33 @@ def _remove_files() -> None:
                 os.unlink(path)
 
 
-def _resolve(url: str) -> str:
-    """The manifest text of ``url``: listed here, or by the job's first rank."""
+def _list(url: str) -> Optional[str]:
+    _logging.sync_level()
+    try:
+        return _core.resolve_listing(url)
+    finally:
+        _logging.drain()  # what the credential chain said, for one
+
+
+def _resolve(url: str) -> Optional[str]:
+    """The manifest text of ``url``, listed here or by the job's first rank; None when the
+    prefix holds more than tar shards of known counts (each process then resolves it)."""
     store = _store()
     if store is None:
-        return _core.resolve_listing(url)
+        return _list(url)
     key = _KEY + hashlib.sha256(url.encode()).hexdigest()
     if store.add(key + "/claim", 1) == 1:  # the first to get here lists; the rest wait
         try:
-            text = _core.resolve_listing(url)
+            text = _list(url)
         except Exception as e:
             store.set(key, (_ERROR + type(e).__name__ + ":" + str(e)).encode())
             raise
-        store.set(key, text.encode())
+        store.set(key, _NONE if text is None else text.encode())
         return text
-    got = store.get(key).decode()  # blocks until set (the store's timeout)
+    got = store.get(key)  # blocks until set (the store's timeout)
+    if got == _NONE:
+        return None
+    got = got.decode()
     if got.startswith(_ERROR):
         kind, _, message = got[len(_ERROR):].partition(":")
         from . import errors
@@ -78,6 +92,8 @@ def shared_input(url: str) -> str:
     if not isinstance(url, str) or not _core.is_store_prefix(url):
         return url
     text = _resolve(url)
+    if text is None:
+        return url
     fd, path = tempfile.mkstemp(prefix="shardstream-listing-", suffix=".jsonl")
     with os.fdopen(fd, "w") as f:
         f.write(text)

@@ -53,8 +53,9 @@ void RegisterManifest(py::module_& m) {
       "dot): an input the loader lists.");
   m.def(
       "resolve_listing",
-      [](const std::string& url) {
+      [](const std::string& url) -> py::object {
         std::string text;
+        bool plain = true;
         {
           py::gil_scoped_release nogil;  // a listing and an index per shard: requests
           Result<Manifest> r = ResolveDataset({url}, ResolveOptions());
@@ -62,15 +63,21 @@ void RegisterManifest(py::module_& m) {
             py::gil_scoped_acquire gil;
             ThrowStatus(r.status());
           }
-          for (ShardEntry& e : r->shards)
+          for (ShardEntry& e : r->shards) {
             if (!e.resolved.empty()) e.url = e.resolved;  // absolute: read from anywhere
-          text = FormatManifestJsonl(*r);
+            // Tar shards of known counts only: rows, Parquet and MDS entries carry more
+            // than a manifest line says, and a count left unknown is not a manifest's.
+            plain = plain && IsShardUrl(e.url) && e.nsamples >= 0 && e.extra.empty();
+          }
+          if (plain) text = FormatManifestJsonl(*r);
         }
-        return text;
+        if (!plain) return py::none();
+        return py::str(text);
       },
       py::arg("url"),
       "What the loader makes of an input (a listing, its manifest, every shard's sample "
-      "count from its index), as manifest JSON Lines with absolute urls.");
+      "count from its index), as manifest JSON Lines with absolute urls; None when that is "
+      "not a plain manifest (rows, Parquet, MDS, or counts unknown).");
 }
 
 }  // namespace shardstream::python
