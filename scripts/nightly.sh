@@ -6,7 +6,9 @@
 #   CI can spare;
 # - every wheel (scripts/build_wheels.sh: 3.9, 3.11, 3.13) tested on other
 #   Debian releases (scripts/test_wheels.sh: the whole suite on Debian 13, the
-#   smoke test on Debian 11). Needs root, for debootstrap and chroot.
+#   smoke test on Debian 11). Needs root, for debootstrap and chroot;
+# - the soak (scripts/soak.sh) for SOAK_MINUTES (default 30): a training job
+#   with every fault at once, kills and restarts, checked for exactly once.
 #
 #   scripts/nightly.sh [SECONDS]
 #
@@ -21,4 +23,6 @@ bash "$root/scripts/fuzz.sh" "$seconds"
 echo "== wheels for every Python, tested on Debian 11 and 13"
 bash "$root/scripts/build_wheels.sh" "$root/dist/nightly"
 bash "$root/scripts/test_wheels.sh" "$root/dist/nightly"
+echo "== the soak, ${SOAK_MINUTES:-30} minutes"
+bash "$root/scripts/soak.sh" "${SOAK_MINUTES:-30}"
 echo "nightly: ok"
