@@ -17,6 +17,7 @@ rank that waited for it.
 
 import atexit
 import contextlib
+import datetime
 import hashlib
 import os
 import tempfile
@@ -27,14 +28,20 @@ from . import _core, _logging
 _KEY = "shardstream/listing/"
 _ERROR = "error:"
 _NONE = b"none"  # not a plain manifest: every process resolves the prefix itself
+_WAIT = datetime.timedelta(hours=1)  # how long a rank waits for another's listing
 _files: List[Tuple[int, str]] = []  # (the process that wrote it, path)
 
 
 def _store() -> Optional[Any]:
-    """torch.distributed's default store, when a process group with several ranks is up."""
+    """torch.distributed's default store, when a process group with several ranks is up and
+    this is a rank's own process (a forked DataLoader worker inherits the group's state but
+    must not talk over its parent's store connection)."""
     try:
         import torch.distributed as dist
+        import torch.utils.data
     except ImportError:
+        return None
+    if torch.utils.data.get_worker_info() is not None:
         return None
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
@@ -67,16 +74,25 @@ def _resolve(url: str) -> Optional[str]:
     store = _store()
     if store is None:
         return _list(url)
-    key = _KEY + hashlib.sha256(url.encode()).hexdigest()
+    base = _KEY + hashlib.sha256(url.encode()).hexdigest()
+    # A failed listing is not kept for the rest of the job: each failure moves the prefix on
+    # to a fresh key, so a data set built again lists again.
+    key = f"{base}/{store.add(base + '/failed', 0)}"
     if store.add(key + "/claim", 1) == 1:  # the first to get here lists; the rest wait
         try:
             text = _list(url)
-        except Exception as e:
+        except BaseException as e:  # an interrupt too: the waiting ranks must not wait on
             store.set(key, (_ERROR + type(e).__name__ + ":" + str(e)).encode())
+            store.add(base + "/failed", 1)
             raise
         store.set(key, _NONE if text is None else text.encode())
         return text
-    got = store.get(key)  # blocks until set (the store's timeout)
+    try:  # a listing of 100,000 shards can take minutes: longer than a store's usual timeout
+        store.wait([key], _WAIT)
+    except Exception as e:
+        raise TimeoutError(f"{url}: another rank lists it and has not answered in "
+                           f"{_WAIT.total_seconds():.0f} s ({e})") from e
+    got = store.get(key)
     if got == _NONE:
         return None
     got = got.decode()
@@ -95,11 +111,11 @@ def shared_input(url: str) -> str:
     if text is None:
         return url
     fd, path = tempfile.mkstemp(prefix="shardstream-listing-", suffix=".jsonl")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
     if not _files:
         atexit.register(_remove_files)
     _files.append((os.getpid(), path))
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     return path
 
 
@@ -110,3 +126,15 @@ def shared_inputs(urls: Any) -> Any:
     if isinstance(urls, (list, tuple)):
         return [shared_input(u) for u in urls]
     return urls
+
+
+def shared_streams(streams: Any) -> Any:
+    """Mixing streams with their inputs (``inputs``, ``urls`` or ``manifest``) shared alike."""
+    out = []
+    for st in streams:
+        st = dict(st)
+        for k in ("inputs", "urls", "manifest"):
+            if k in st:
+                st[k] = shared_inputs(st[k])
+        out.append(st)
+    return out

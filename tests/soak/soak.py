@@ -33,8 +33,9 @@ it):
   weight is two passes an epoch); "lost" and "repeated" count the differences;
 - no step waited longer than --max-wait for its batch, and the job never went
   --hang seconds without a step (a hang fails the run);
-- no node's cache went over its limit; each rank's descriptors and threads at
-  its last checkpoint are what they were at its first; RSS: the slope within
+- no node's cache went over its limit; each rank process's descriptors and
+  threads at its last checkpoint are at most 2 above those at its second (the
+  DataLoader workers live an epoch and are not checked); RSS: the slope within
   each process, pooled;
 - every checkpoint kept is intact.
 It prints a report (faults by kind, restarts, documents checked, time lost)
@@ -349,7 +350,8 @@ def main():
                         enospc)
         report.update(run(args, rng, work, env, faults, enospc))
         faults.stop.set()
-        faults.thread.join(timeout=60)
+        if faults.thread.is_alive():  # (started once the job trained a step)
+            faults.thread.join(timeout=60)
         report["faults"] = dict(faults.counts)
         report["fault_errors"] = dict(faults.errors)
         report["proxy"] = {"web": get(web_control + "/stats"), "s3": get(s3_control + "/stats")}

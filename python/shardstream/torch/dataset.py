@@ -15,7 +15,7 @@ import torch
 import torch.utils.data
 
 from ..errors import ConfigError
-from ..listing import shared_inputs
+from ..listing import shared_inputs, shared_streams
 from ..loader import FieldsArg, Loader, loader_options
 from ..transfer import share_node_budget
 from .collate import (_call_batch_map, _call_map, _collate, _MapError, _sample, _to_torch,
@@ -219,10 +219,11 @@ class ShardDataset(torch.utils.data.IterableDataset):
                      else os.fspath(urls) if isinstance(urls, (str, bytes, os.PathLike))
                      else [os.fspath(u) for u in urls])
         # An object-store prefix is listed once per job (shardstream.listing), not by every
-        # rank and DataLoader worker.
-        self.urls = shared_inputs(self.urls)
-        if streams:
-            streams = [dict(st, inputs=shared_inputs(st.get("inputs"))) for st in streams]
+        # rank and DataLoader worker; not where the options change how it resolves.
+        if kwargs.get("learn_sample_counts", True) and not kwargs.get("index_dir"):
+            self.urls = shared_inputs(self.urls)
+            if streams:
+                streams = shared_streams(streams)
         self.batch_size = batch_size
         self._kwargs: Dict[str, Any] = dict(
             fields=fields, tokens=tokens, shuffle=shuffle, shuffle_buffer=shuffle_buffer,
