@@ -254,7 +254,7 @@ Status LoaderRun::PadToTarget() {
   padded_ = short_by;
   Log().warn("loader: consumer {}'s epoch {} ran out {} batch(es) short of the count every consumer "
              "returns (data skipped under error_policy; stats: skipped_shards, skipped_samples): "
-             "{} batch(es) of padding (doc_ids -1, pad_token) keep the ranks in step",
+             "{} batch(es) of padding (pad_token rows, no documents) keep the ranks in step",
              config_.plan.consumer, config_.epoch, short_by, short_by);
   SHARDSTREAM_RETURN_IF_ERROR(packer_->Pad(short_by));
   return packer_->FinishPending();
