@@ -364,6 +364,43 @@ TEST(LoaderEqualBatchesTest, AShardSkippedUnderThePolicyIsPaddedSoEveryConsumerE
   }
   EXPECT_EQ(skipped, 1);
   EXPECT_EQ(padding, 2);  // 10 documents fill 3 of the 5 batches
+  // Every layout pads alike: rows of pad_token with no documents, and zeros for the
+  // positions, the mask and the lengths where there are such columns.
+  for (int layout = 0; layout < 3; ++layout) {
+    int64_t pads = 0;
+    for (int r = 0; r < 4; ++r) {
+      LoaderOptions o = Tokens(m, 4, r);
+      o.error_policy = ErrorPolicy::kSkipShard;
+      o.tokens.pad_token = 7;
+      if (layout == 1) o.tokens.layout = TokenLayout::kPad;
+      if (layout == 2) o.tokens.document_metadata = false;
+      auto l = Loader::Create(o);
+      ASSERT_TRUE(l.ok()) << l.status();
+      int64_t n = 0;
+      while (true) {
+        auto b = l->get()->next();
+        ASSERT_TRUE(b.ok()) << b.status();
+        if (b->empty()) break;
+        ++n;
+        if (b->num_samples() > 0) continue;
+        ++pads;
+        TensorView tok = b->tensor("tokens");
+        const auto* t = static_cast<const int32_t*>(tok.data);
+        EXPECT_TRUE(std::all_of(t, t + tok.nbytes / 4, [](int32_t v) { return v == 7; }));
+        EXPECT_EQ(b->tensor("doc_ids").data != nullptr, layout == 0);
+        for (const char* zero : {"positions", "mask", "lengths"}) {
+          TensorView z = b->tensor(zero);
+          if (z.data == nullptr) continue;
+          const auto* bytes = static_cast<const uint8_t*>(z.data);
+          EXPECT_TRUE(std::all_of(bytes, bytes + z.nbytes, [](uint8_t v) { return v == 0; }))
+              << zero << " in layout " << layout;
+        }
+      }
+      // kPad: a document a row, so 10 documents fill 3 batches of 4 there too.
+      EXPECT_EQ(n, 5) << "consumer " << r << " layout " << layout;
+    }
+    EXPECT_EQ(pads, 2) << "layout " << layout;
+  }
   // The control: the same consumers under kRaise, one fails on that shard
   // (reading through the tar headers: direct reads take the values where
   // the index says, and this header's checksum is all that is wrong).
