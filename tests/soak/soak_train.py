@@ -79,7 +79,14 @@ def main() -> None:
     ap.add_argument("--stop-file", default="", help="end the job at the epoch's end once it exists")
     args = ap.parse_args()
 
-    dist.init_process_group("gloo")
+    # A store prefix of its own for each torchrun restart: without it restarted ranks often
+    # failed or waited in init_process_group, meeting the round before's addresses
+    # (tests/soak/restart_prefix_check.py, docs/multinode.md).
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False)
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"restart{restart}", store),
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     rank, world = dist.get_rank(), dist.get_world_size()
     # Two ranks a node: ranks 0-1 are node 0, 2-3 node 1 (soak.py launches the ranks of both
     # nodes from one torchrun agent; see there why).
