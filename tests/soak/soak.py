@@ -229,15 +229,24 @@ class Enospc:
             subprocess.run(["umount", "-l", self.path], capture_output=True)
 
 
-def read_events(out):
-    events = []
-    for name in sorted(os.listdir(out)):
-        with open(os.path.join(out, name)) as f:
-            for line in f:
-                if line.endswith("\n"):
-                    events.append(json.loads(line))
-    events.sort(key=lambda e: e["t"])
-    return events
+class EventLog:
+    """The ranks' logs as they grow: each new() reads only what was added since the last
+    call (the driver polls every half second; a 30-minute run logs megabytes)."""
+
+    def __init__(self, out):
+        self.out, self.offsets = out, {}
+
+    def new(self):
+        events = []
+        for name in sorted(os.listdir(self.out)):
+            with open(os.path.join(self.out, name), "rb") as f:
+                f.seek(self.offsets.get(name, 0))
+                data = f.read()
+            whole = data[:data.rfind(b"\n") + 1]  # a line still being written waits
+            self.offsets[name] = self.offsets.get(name, 0) + len(whole)
+            events += [json.loads(line) for line in whole.splitlines()]
+        events.sort(key=lambda e: e["t"])
+        return events
 
 
 def dir_bytes(path):
@@ -394,7 +403,7 @@ def run(args, rng, work, env, faults, enospc):
     attempt, kills, preemptions, cache_max = 0, [], 0, {0: 0, 1: 0}
     faults_started = False
     hang = None
-    lines_seen, last_step_t = 0, time.monotonic()
+    log, steps, last_step_t = EventLog(out), [], time.monotonic()
     next_kill = t_start + rng.uniform(*args.kill_every)
     while True:
         world = worlds[attempt % 2]
@@ -406,10 +415,11 @@ def run(args, rng, work, env, faults, enospc):
             now = time.monotonic()
             for n in (0, 1):
                 cache_max[n] = max(cache_max[n], dir_bytes(os.path.join(work, "cache", f"node{n}")))
-            events = read_events(out)
-            steps = [e for e in events if e["kind"] == "step"]
-            if len(steps) > lines_seen:
-                lines_seen, last_step_t = len(steps), now
+            added = [e for e in log.new() if e["kind"] == "step"]
+            if added:
+                steps += added
+                steps.sort(key=lambda e: e["t"])
+                last_step_t = now
                 if not faults_started:  # the faults begin once the job trains
                     faults.thread.start()
                     faults_started = True
@@ -461,7 +471,7 @@ def run(args, rng, work, env, faults, enospc):
 
 
 def verify(work, expected, args):
-    events = read_events(os.path.join(work, "out"))
+    events = EventLog(os.path.join(work, "out")).new()
     lives = []  # (attempt, restart) in the order they started
     for e in events:
         life = (e["attempt"], e["restart"])
