@@ -33,6 +33,7 @@ namespace internal {
 struct BatchLayout;
 struct SlotHeader;
 class BatchWriter;
+class ShardNames;
 }  // namespace internal
 
 // A view of one tensor of a batch; valid while the Batch (or its owner()) is.
@@ -105,7 +106,7 @@ class SHARDSTREAM_EXPORT Batch {
   std::shared_ptr<const internal::BatchLayout> layout_;
   std::shared_ptr<HostBuffer> owner_;
   std::shared_ptr<void> overflow_;  // heap arena when the slot's was too small
-  std::shared_ptr<const std::vector<std::string>> urls_;
+  std::shared_ptr<const internal::ShardNames> urls_;
   const internal::SlotHeader* header_ = nullptr;
   int64_t epoch_ = 0;
   int64_t index_ = 0;

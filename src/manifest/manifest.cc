@@ -23,41 +23,68 @@ int64_t Manifest::TotalSamples() const {
 }
 
 std::string Manifest::Fingerprint() const {
-  auto h = Hasher::Create("xxh3_128");
-  std::string line;
-  int64_t samples = 0;
-  for (const auto& s : shards) {
-    line.assign(UrlScheme(s.url) == "pipe" ? s.url : UrlBasename(s.url));
-    line += '\t';
-    line += std::to_string(s.nsamples);
-    line += '\n';
-    (*h)->Update(line);
-    samples = samples < 0 || s.nsamples < 0 ? -1 : samples + s.nsamples;
-  }
-  return (*h)->Finish() + ";shards=" + std::to_string(shards.size()) +
-         ";samples=" + std::to_string(samples);
+  internal::FingerprintBuilder b;
+  for (const auto& s : shards) b.Add(s.url, s.nsamples);
+  return b.Finish();
 }
 
 std::string Manifest::LegacyFingerprint() const {
-  // Hashes "url\tsize\tnsamples\tchecksum\n" per shard. One reused buffer:
-  // a million shards would otherwise mean millions of small allocations.
-  auto h = Hasher::Create("xxh3_128");
-  std::string line;
-  for (const auto& s : shards) {
-    line.assign(s.url);
-    line += '\t';
-    line += std::to_string(s.size);
-    line += '\t';
-    line += std::to_string(s.nsamples);
-    line += '\t';
-    line += s.checksum;
-    line += '\n';
-    (*h)->Update(line);
-  }
-  return (*h)->Finish();
+  internal::LegacyFingerprintBuilder b;
+  for (const auto& s : shards) b.Add(s.url, s.size, s.nsamples, s.checksum);
+  return b.Finish();
 }
 
 namespace internal {
+
+FingerprintBuilder::FingerprintBuilder() : h_(std::move(Hasher::Create("xxh3_128")).value()) {}
+FingerprintBuilder::~FingerprintBuilder() = default;
+
+void FingerprintBuilder::Add(std::string_view url, int64_t nsamples) {
+  // One reused buffer: a million shards would otherwise mean millions of
+  // small allocations.
+  if (UrlScheme(url) == "pipe") {
+    line_.assign(url);
+  } else {
+    line_.assign(UrlBasename(url));
+  }
+  line_ += '\t';
+  line_ += std::to_string(nsamples);
+  line_ += '\n';
+  h_->Update(line_);
+  ++shards_;
+  samples_ = samples_ < 0 || nsamples < 0 ? -1 : samples_ + nsamples;
+}
+
+std::string FingerprintBuilder::Finish() {
+  return h_->Finish() + ";shards=" + std::to_string(shards_) + ";samples=" + std::to_string(samples_);
+}
+
+LegacyFingerprintBuilder::LegacyFingerprintBuilder()
+    : h_(std::move(Hasher::Create("xxh3_128")).value()) {}
+LegacyFingerprintBuilder::~LegacyFingerprintBuilder() = default;
+
+void LegacyFingerprintBuilder::Add(std::string_view url, int64_t size, int64_t nsamples,
+                                   std::string_view checksum) {
+  // "url\tsize\tnsamples\tchecksum\n" per shard.
+  line_.assign(url);
+  line_ += '\t';
+  line_ += std::to_string(size);
+  line_ += '\t';
+  line_ += std::to_string(nsamples);
+  line_ += '\t';
+  line_ += checksum;
+  line_ += '\n';
+  h_->Update(line_);
+}
+
+std::string LegacyFingerprintBuilder::Finish() { return h_->Finish(); }
+
+Status DuplicateUrlError(const std::string& url, const std::string& shard_url, size_t line,
+                         size_t first_line) {
+  return ManifestLineError(url, line,
+                           "duplicate url " + RedactUrl(shard_url) + " (first on line " +
+                               std::to_string(first_line) + ")");
+}
 
 Status ManifestLineError(const std::string& url, size_t line, const std::string& what) {
   return Status(StatusCode::kConfig,
@@ -107,10 +134,114 @@ Result<ShardEntry> EntryFromJson(const json& obj, const std::string& url, size_t
   return e;
 }
 
+namespace {
+
+// The simple shape of a JSON Lines entry, or false (then the full parser
+// decides: it may still be valid, or say what is wrong).
+class SimpleScanner {
+ public:
+  explicit SimpleScanner(std::string_view s) : s_(s) {}
+
+  bool Scan(SimpleLine* out) {
+    bool has_url = false, has_size = false, has_count = false, has_sum = false;
+    Skip();
+    if (!Eat('{')) return false;
+    Skip();
+    if (Peek() == '}') return false;  // no url: the full parser says so
+    for (;;) {
+      std::string_view key;
+      if (!String(&key)) return false;
+      Skip();
+      if (!Eat(':')) return false;
+      Skip();
+      if (key == "url" && !has_url) {
+        if (!String(&out->url) || out->url.empty()) return false;
+        has_url = true;
+      } else if (key == "checksum" && !has_sum) {
+        if (!String(&out->checksum)) return false;
+        has_sum = true;
+      } else if (key == "size" && !has_size) {
+        if (!Integer(&out->size)) return false;
+        has_size = true;
+      } else if (key == "nsamples" && !has_count) {
+        if (!Integer(&out->nsamples)) return false;
+        has_count = true;
+      } else {
+        return false;  // another key (an extra), or one given twice
+      }
+      Skip();
+      if (Eat('}')) break;
+      if (!Eat(',')) return false;
+      Skip();
+    }
+    Skip();
+    return i_ == s_.size() && has_url && has_count;
+  }
+
+ private:
+  char Peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  bool Eat(char c) {
+    if (Peek() != c) return false;
+    ++i_;
+    return true;
+  }
+  void Skip() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+  }
+  // A string of printable ASCII without escapes.
+  bool String(std::string_view* out) {
+    if (!Eat('"')) return false;
+    const size_t begin = i_;
+    for (; i_ < s_.size(); ++i_) {
+      const auto c = static_cast<unsigned char>(s_[i_]);
+      if (c == '"') {
+        *out = s_.substr(begin, i_ - begin);
+        ++i_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+    }
+    return false;
+  }
+  // A non-negative integer of at most 18 digits, no leading zero.
+  bool Integer(int64_t* out) {
+    const size_t begin = i_;
+    int64_t v = 0;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') v = v * 10 + (s_[i_++] - '0');
+    const size_t n = i_ - begin;
+    if (n == 0 || n > 18 || (n > 1 && s_[begin] == '0')) return false;
+    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) return false;
+    *out = v;
+    return true;
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+Result<bool> ParseJsonlLine(std::string_view line, const std::string& url, size_t line_no,
+                            SimpleLine* simple, ShardEntry* entry) {
+  *simple = SimpleLine();
+  if (SimpleScanner(line).Scan(simple)) {
+    // Checksum syntax and algorithm: the one check the scan leaves.
+    if (simple->checksum.empty() ||
+        (simple->checksum.size() == 41 && simple->checksum.substr(0, 9) == "xxh3_128:" &&
+         simple->checksum.find_first_not_of("0123456789abcdef", 9) == std::string_view::npos))
+      return true;
+  }
+  json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (obj.is_discarded()) return ManifestLineError(url, line_no, "not valid JSON");
+  SHARDSTREAM_ASSIGN_OR_RETURN(*entry, EntryFromJson(obj, url, line_no));
+  return false;
+}
+
 Result<ParsedEntries> ParseJsonl(std::string_view text, const std::string& url) {
   ParsedEntries out;
   size_t line_no = 0;
   size_t pos = 0;
+  SimpleLine simple;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string_view::npos) nl = text.size();
@@ -120,9 +251,14 @@ Result<ParsedEntries> ParseJsonl(std::string_view text, const std::string& url) 
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
       line.remove_suffix(1);
     if (line.empty()) continue;
-    json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded()) return ManifestLineError(url, line_no, "not valid JSON");
-    SHARDSTREAM_ASSIGN_OR_RETURN(ShardEntry e, EntryFromJson(obj, url, line_no));
+    ShardEntry e;
+    SHARDSTREAM_ASSIGN_OR_RETURN(bool is_simple, ParseJsonlLine(line, url, line_no, &simple, &e));
+    if (is_simple) {
+      e.url.assign(simple.url);
+      e.size = simple.size;
+      e.nsamples = simple.nsamples;
+      e.checksum.assign(simple.checksum);
+    }
     out.entries.push_back(std::move(e));
     out.lines.push_back(line_no);
   }
@@ -137,7 +273,10 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-ManifestFormat DetectFormat(std::string_view text, const std::string& url) {
+}  // namespace
+
+namespace internal {
+ManifestFormat DetectManifestFormat(std::string_view text, const std::string& url) {
   std::string name = UrlBasename(url);
   if (EndsWith(name, ".jsonl") || EndsWith(name, ".ndjson")) return ManifestFormat::kJsonl;
   if (EndsWith(name, ".csv")) return ManifestFormat::kCsv;
@@ -154,12 +293,11 @@ ManifestFormat DetectFormat(std::string_view text, const std::string& url) {
   if (!obj.is_discarded() && obj.is_object() && obj.contains("url")) return ManifestFormat::kJsonl;
   return ManifestFormat::kJson;
 }
-
-}  // namespace
+}  // namespace internal
 
 Result<Manifest> ParseManifest(std::string_view text, const std::string& url,
                                ManifestFormat format) {
-  if (format == ManifestFormat::kAuto) format = DetectFormat(text, url);
+  if (format == ManifestFormat::kAuto) format = internal::DetectManifestFormat(text, url);
   Result<internal::ParsedEntries> result =
       format == ManifestFormat::kCsv    ? internal::ParseCsv(text, url)
       : format == ManifestFormat::kJson ? internal::ParseJsonDocument(text, url)
@@ -175,10 +313,7 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& url,
     ShardEntry& e = parsed.entries[i];
     e.resolved = JoinUrl(base, e.url);
     auto [it, inserted] = seen.emplace(e.resolved, parsed.lines[i]);
-    if (!inserted)
-      return internal::ManifestLineError(url, parsed.lines[i],
-                                         "duplicate url " + RedactUrl(e.url) +
-                                             " (first on line " + std::to_string(it->second) + ")");
+    if (!inserted) return internal::DuplicateUrlError(url, e.url, parsed.lines[i], it->second);
   }
   m.shards = std::move(parsed.entries);
   if (m.shards.empty())

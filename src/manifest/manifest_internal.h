@@ -6,10 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "shardstream/checksum.h"
 #include "shardstream/manifest.h"
 
 namespace shardstream::internal {
@@ -29,10 +31,56 @@ Result<ShardEntry> EntryFromJson(const nlohmann::json& obj, const std::string& u
 // checksum syntax and algorithm.
 Status ValidateEntry(const ShardEntry& e, const std::string& url, size_t line);
 
+// kAuto resolved: by extension (.jsonl/.ndjson, .csv, .json), else by the
+// text's start (a first line that is an object with "url" is JSON Lines).
+ManifestFormat DetectManifestFormat(std::string_view text, const std::string& url);
+
 // The 1-based line of byte `offset` in `text`.
 size_t LineOf(std::string_view text, size_t offset);
 
 Result<ParsedEntries> ParseJsonl(std::string_view text, const std::string& url);
+
+// One JSON Lines line (trailing blanks removed, not empty). The common shape
+// (string url and checksum without escapes, integer size and nsamples, no
+// other keys) is read without building a JSON value: *simple gets its
+// fields, as views into `line`, and true is returned. Anything else goes
+// through EntryFromJson into *entry (false returned), so every rule and
+// error message has one home.
+struct SimpleLine {
+  std::string_view url, checksum;
+  int64_t size = -1, nsamples = -1;
+};
+Result<bool> ParseJsonlLine(std::string_view line, const std::string& url, size_t line_no,
+                            SimpleLine* simple, ShardEntry* entry);
+
+// The "duplicate url" error of entry `later` (its line), naming the first.
+Status DuplicateUrlError(const std::string& url, const std::string& shard_url, size_t line,
+                         size_t first_line);
+
+// Manifest::Fingerprint and LegacyFingerprint, entry by entry.
+class FingerprintBuilder {
+ public:
+  FingerprintBuilder();
+  ~FingerprintBuilder();
+  void Add(std::string_view url, int64_t nsamples);
+  std::string Finish();
+
+ private:
+  std::unique_ptr<Hasher> h_;
+  std::string line_;
+  int64_t shards_ = 0, samples_ = 0;
+};
+class LegacyFingerprintBuilder {
+ public:
+  LegacyFingerprintBuilder();
+  ~LegacyFingerprintBuilder();
+  void Add(std::string_view url, int64_t size, int64_t nsamples, std::string_view checksum);
+  std::string Finish();
+
+ private:
+  std::unique_ptr<Hasher> h_;
+  std::string line_;
+};
 Result<ParsedEntries> ParseCsv(std::string_view text, const std::string& url);
 Result<ParsedEntries> ParseJsonDocument(std::string_view text, const std::string& url);
 

@@ -34,7 +34,7 @@ std::shared_ptr<BatchLayout> BatchLayout::Make(std::vector<ColumnLayout> columns
 BatchWriter::BatchWriter(std::shared_ptr<const BatchLayout> layout) : layout_(std::move(layout)) {}
 
 void BatchWriter::Begin(std::shared_ptr<HostBuffer> slot,
-                        std::shared_ptr<const std::vector<std::string>> urls, int64_t epoch,
+                        std::shared_ptr<const ShardNames> urls, int64_t epoch,
                         int64_t index) {
   slot_ = std::move(slot);
   urls_ = std::move(urls);
@@ -167,9 +167,9 @@ std::string_view Batch::key(int64_t i) const {
 
 const std::string& Batch::url(int64_t i) const {
   static const std::string kNone;
-  int32_t s = header_->records[i].shard;
-  if (!urls_ || s < 0 || static_cast<size_t>(s) >= urls_->size()) return kNone;
-  return (*urls_)[static_cast<size_t>(s)];
+  const int32_t s = header_->records[i].shard;
+  if (!urls_ || s < 0) return kNone;
+  return urls_->Url(s);
 }
 
 SampleId Batch::sample(int64_t i) const {

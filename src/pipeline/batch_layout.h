@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/shard_names.h"
 #include "shardstream/batch.h"
 
 namespace shardstream::internal {
@@ -71,7 +72,7 @@ class SHARDSTREAM_EXPORT BatchWriter {
   explicit BatchWriter(std::shared_ptr<const BatchLayout> layout);
 
   bool active() const { return header_ != nullptr; }
-  void Begin(std::shared_ptr<HostBuffer> slot, std::shared_ptr<const std::vector<std::string>> urls,
+  void Begin(std::shared_ptr<HostBuffer> slot, std::shared_ptr<const ShardNames> urls,
              int64_t epoch, int64_t index);
   char* column(size_t c) { return base_ + layout_->columns[c].offset; }
   // `align`: the bytes start at a multiple of it in the arena (ragged
@@ -101,7 +102,7 @@ class SHARDSTREAM_EXPORT BatchWriter {
 
   std::shared_ptr<const BatchLayout> layout_;
   std::shared_ptr<HostBuffer> slot_;
-  std::shared_ptr<const std::vector<std::string>> urls_;
+  std::shared_ptr<const ShardNames> urls_;
   std::shared_ptr<Overflow> overflow_;
   char* base_ = nullptr;
   SlotHeader* header_ = nullptr;

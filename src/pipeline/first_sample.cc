@@ -28,8 +28,8 @@ Result<std::unique_ptr<InputStream>> OpenForFields(const LoaderOptions& o, const
 }
 
 Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
-                                                   const Manifest& manifest) {
-  if (manifest.shards.empty()) return Status::Config("loader: the data set has no shards");
+                                                   const ShardTable& manifest) {
+  if (manifest.empty()) return Status::Config("loader: the data set has no shards");
   TarReaderOptions t;
   t.policy = ErrorPolicy::kRaise;
   t.engine = o.engine;
@@ -39,13 +39,13 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
   Sample s;
   bool got = false;
   std::unique_ptr<TarReader> first_reader;
-  for (size_t i = 0; i < manifest.shards.size() && !got; ++i) {
-    const ShardEntry& e = manifest.shards[i];
-    if (e.nsamples == 0) continue;
+  for (size_t i = 0; i < manifest.size() && !got; ++i) {
+    if (manifest.nsamples(i) == 0) continue;
+    const ShardEntry e = manifest[i];
     if (e.extra.count(kMdsLayoutKey)) {
       // An MDS data set: its columns, no sample needed (their encodings type
       // them: ResolveMdsFields).
-      SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, MdsColumnsOf(manifest.shards));
+      SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, MdsColumnsOf(manifest));
       return MdsDefaultFields(columns);
     }
     std::unique_ptr<TarReader> reader;

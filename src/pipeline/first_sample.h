@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "manifest/shard_table.h"
 #include "shardstream/decode.h"
 #include "shardstream/manifest.h"
 #include "shardstream/options.h"
@@ -23,7 +24,7 @@ namespace shardstream::internal {
 // (MdsDefaultFields). On failure returns the error of opening or reading the
 // first shard, or kConfig when it holds no sample.
 Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& options,
-                                                   const Manifest& manifest);
+                                                   const ShardTable& manifest);
 
 // The bytes of a shard, from the options' cache or source, for a look at
 // its first samples.

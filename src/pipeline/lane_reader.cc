@@ -45,7 +45,7 @@ LaneReader::LaneReader(const std::vector<LaneRange>* ranges, std::vector<size_t>
                        const LaneConfig* config, LaneCounters* counters)
     : all_(ranges), mine_(std::move(mine)), config_(config), counters_(counters) {
   // Decided once: no string work per sample.
-  for (size_t j : mine_) sources_.push_back(SourceOf((*all_)[j].ref.url, config_->cache != nullptr));
+  for (size_t j : mine_) sources_.push_back(SourceOf(RefOf((*all_)[j]).url, config_->cache != nullptr));
 }
 
 LaneReader::~LaneReader() { Close(); }
@@ -71,8 +71,9 @@ std::string LaneReader::Describe() const {
   const int64_t ri = at_range_.load(std::memory_order_relaxed);
   if (ri < 0 || static_cast<size_t>(ri) >= all_->size()) return "starting";
   const LaneRange& r = (*all_)[static_cast<size_t>(ri)];
+  const ShardRef ref = RefOf(r);
   std::string s = (phase == kOpening ? "opening shard " : "reading shard ") +
-                  std::to_string(r.shard) + " (" + RedactUrl(r.ref.url) + ")";
+                  std::to_string(r.shard) + " (" + RedactUrl(ref.url) + ")";
   const int64_t sample = at_sample_.load(std::memory_order_relaxed);
   const uint64_t byte = at_byte_.load(std::memory_order_relaxed);
   if (phase == kReading && sample >= 0)
@@ -98,17 +99,18 @@ void LaneReader::Close() {
 }
 
 Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) {
+  const ShardRef ref = RefOf(r);
   if (config_->cache != nullptr) {
     // A complete entry only: a shard still to download streams through the
     // usual way (its bytes are read as they arrive). Its index is fetched
     // into the cache beside it (once: a small file), or, where the source
     // has none, not asked for again.
-    const std::string index_url = IndexUrlFor(r.ref.url);
+    const std::string index_url = IndexUrlFor(ref.url);
     MissingIndexes* missing = config_->missing_indexes.get();
     if (missing != nullptr && missing->Has(index_url))
       return Status::NotFound("no sample index " + RedactUrl(index_url));
     SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
-                                 config_->cache->OpenIfCached(r.ref));
+                                 config_->cache->OpenIfCached(ref));
     SHARDSTREAM_ASSIGN_OR_RETURN(RandomAccessFile::View view, ViewIfMapped(shard.get()));
     auto index = config_->cache->OpenRandomAccess(ShardRef(index_url));
     if (!index.ok()) {
@@ -116,7 +118,7 @@ Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) 
         missing->Add(index_url);
       return index.status();
     }
-    SHARDSTREAM_ASSIGN_OR_RETURN(auto range, DirectRange::Open(r.ref.url, std::move(shard),
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto range, DirectRange::Open(ref.url, std::move(shard),
                                                                std::move(*index),
                                                                config_->direct_field,
                                                                config_->direct_dtype, r.first,
@@ -126,15 +128,15 @@ Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) 
     ++counters_->cache_hits;
     return range;
   }
-  if (!IsLocal(r.ref.url)) return Status::Config("not a local file");
+  if (!IsLocal(ref.url)) return Status::Config("not a local file");
   Source& source = config_->tar.source != nullptr ? *config_->tar.source : *DefaultSource();
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> index,
-                               source.OpenRandomAccess(IndexUrlFor(r.ref.url)));
+                               source.OpenRandomAccess(IndexUrlFor(ref.url)));
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
-                               source.OpenRandomAccess(r.ref.url));
+                               source.OpenRandomAccess(ref.url));
   SHARDSTREAM_ASSIGN_OR_RETURN(RandomAccessFile::View view, ViewIfMapped(shard.get()));
   SHARDSTREAM_ASSIGN_OR_RETURN(auto range,
-                               DirectRange::Open(r.ref.url, std::move(shard), std::move(index),
+                               DirectRange::Open(ref.url, std::move(shard), std::move(index),
                                                  config_->direct_field, config_->direct_dtype,
                                                  r.first, r.end));
   range->SetView(view);
@@ -147,6 +149,7 @@ Result<RandomAccessFile::View> LaneReader::ViewIfMapped(RandomAccessFile* shard)
 }
 
 Status LaneReader::OpenRange(const LaneRange& r, LaneItem* scratch) {
+  const ShardRef ref = RefOf(r);
   read_ = 0;
   if (config_->direct && !r.own_reader()) {
     auto direct = OpenDirect(r);
@@ -154,7 +157,7 @@ Status LaneReader::OpenRange(const LaneRange& r, LaneItem* scratch) {
       direct_ = std::move(*direct);
       return Status::OK();
     }
-    Log().debug("reading {} through read buffers, not directly: {}", RedactUrl(r.ref.url),
+    Log().debug("reading {} through read buffers, not directly: {}", RedactUrl(ref.url),
                 direct.status().ToString());
   }
   return OpenReader(r, r.first, scratch);
@@ -165,14 +168,15 @@ void LaneReader::PrefetchNext() {
   const LaneRange& next = (*all_)[mine_[next_range_ + 1]];
   if (next.first != 0) return;  // opened at an offset: nothing to continue
   Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
-  source->Prefetch(next.ref.url);
+  source->Prefetch(RefOf(next).url);
 }
 
 Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch) {
+  const ShardRef ref = RefOf(r);
   int64_t skip = at;
   MdsLayout mds;
   if (!r.mds.empty()) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(mds, ParseMdsLayout(r.mds, RedactUrl(r.ref.url)));
+    SHARDSTREAM_ASSIGN_OR_RETURN(mds, ParseMdsLayout(r.mds, RedactUrl(ref.url)));
   }
   // MDS and rows readers start at `at` themselves (MDS by its offsets table,
   // rows passing over lines unparsed).
@@ -181,9 +185,9 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     // Parquet is read by its own reader (pyarrow's, from Python) through
     // the source: the footer first, then the row groups from `at`'s on.
     if (config_->parquet == nullptr || !*config_->parquet)
-      return Status::Config("Parquet file " + RedactUrl(r.ref.url) +
+      return Status::Config("Parquet file " + RedactUrl(ref.url) +
                             ": Parquet is read from the Python package (pyarrow)");
-    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, config_->parquet->open(r.ref.url, config_->tar.source, at, config_->tar.policy));
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, config_->parquet->open(ref.url, config_->tar.source, at, config_->tar.policy));
     return Status::OK();
   }
   // Samples from a stream of the shard's bytes, whatever its format.
@@ -206,9 +210,9 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     std::vector<ShardRef> upcoming;
     const size_t here = static_cast<size_t>(&r - all_->data());
     for (size_t j = here + 1; j < all_->size() && upcoming.size() < 16; ++j)
-      upcoming.push_back((*all_)[j].ref);
+      upcoming.push_back(RefOf((*all_)[j]));
     config_->cache->Prefetch(upcoming);
-    auto stream = config_->cache->Open(r.ref);
+    auto stream = config_->cache->Open(ref);
     if (!stream.ok()) return stream.status();
     ++counters_->cache_opens;
     if ((*stream)->hit()) ++counters_->cache_hits;
@@ -222,14 +226,14 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
   } else if (opened_at) {
     // Opened at the row's byte, by the file's row index.
   } else if (at > 0 && !r.own_reader()) {
-    auto opened = TarReader::OpenAt(r.ref.url, at, nullptr, config_->tar);
+    auto opened = TarReader::OpenAt(ref.url, at, nullptr, config_->tar);
     if (opened.ok()) {
       reader_ = std::move(*opened);
       skip = 0;
     } else if (opened.status().code() == StatusCode::kNotFound ||
                opened.status().code() == StatusCode::kCorrupt) {
       // No (or a stale) sidecar index: read from the start and skip.
-      SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(r.ref.url, config_->tar));
+      SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(ref.url, config_->tar));
     } else {
       return opened.status();
     }
@@ -239,12 +243,12 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     // rather than a short or long read later.
     Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
     StreamOptions so;
-    if (r.ref.size >= 0) so.expected_size = static_cast<uint64_t>(r.ref.size);
-    SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source->OpenInputStreamWith(r.ref.url, so));
+    if (ref.size >= 0) so.expected_size = static_cast<uint64_t>(ref.size);
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source->OpenInputStreamWith(ref.url, so));
     if (so.expected_size && stream->size() && *stream->size() != *so.expected_size)
       return Status(StatusCode::kChecksum,
-                    "shard " + RedactUrl(r.ref.url) + " has " + std::to_string(*stream->size()) +
-                        " bytes, its manifest entry says " + std::to_string(r.ref.size) +
+                    "shard " + RedactUrl(ref.url) + " has " + std::to_string(*stream->size()) +
+                        " bytes, its manifest entry says " + std::to_string(ref.size) +
                         (r.mds.empty()
                              ? r.rows ? ": the file changed after its index (<file>.idx) or "
                                         "manifest was written; remove the stale .idx"
@@ -253,7 +257,7 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
                                "(`shardstream manifest`)"
                              : " (from the MDS set's index.json): the shard changed after "
                                "index.json was written, or is damaged"),
-                    RedactUrl(r.ref.url), 0);
+                    RedactUrl(ref.url), 0);
     SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::move(stream)));
   }
   for (int64_t i = 0; i < skip; ++i) {
@@ -264,11 +268,12 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
 }
 
 Result<bool> LaneReader::OpenRowsAt(const LaneRange& r, int64_t at) {
+  const ShardRef ref = RefOf(r);
   // Only an uncompressed file can be entered at a byte; a compressed one
   // (or one without an index, or a stale one) is read from its start. (The
   // index is read whole, as TarReader::OpenAt reads a tar shard's.)
   Source& source = config_->tar.source != nullptr ? *config_->tar.source : *DefaultSource();
-  auto index = ReadSampleIndex(r.ref.url, &source, config_->tar.index_dir);
+  auto index = ReadSampleIndex(ref.url, &source, config_->tar.index_dir);
   if (!index.ok() && index.status().code() != StatusCode::kNotFound &&
       index.status().code() != StatusCode::kCorrupt)
     return index.status();
@@ -276,8 +281,8 @@ Result<bool> LaneReader::OpenRowsAt(const LaneRange& r, int64_t at) {
     return false;
   StreamOptions so;
   so.offset = index->samples[static_cast<size_t>(at)].offset;
-  if (r.ref.size >= 0) so.expected_size = static_cast<uint64_t>(r.ref.size);
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source.OpenInputStreamWith(r.ref.url, so));
+  if (ref.size >= 0) so.expected_size = static_cast<uint64_t>(ref.size);
+  SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source.OpenInputStreamWith(ref.url, so));
   SHARDSTREAM_ASSIGN_OR_RETURN(reader_, OpenJsonlReaderAt(std::move(stream), config_->tar, at, so.offset));
   return true;
 }
@@ -286,6 +291,8 @@ bool LaneReader::Produce(LaneItem* item) {
   item->status = Status::OK();
   item->bytes = 0;
   const LaneRange& r = (*all_)[mine_[next_range_]];
+  // Made only where a message or an open needs it: Produce runs per item.
+  auto ref = [&] { return RefOf(r); };
   auto finish_range = [&] {
     Close();
     item->kind = LaneItem::kEnd;
@@ -313,7 +320,7 @@ bool LaneReader::Produce(LaneItem* item) {
           return finish_range();
         }
       }
-      return fail(s.WithContext("opening shard", RedactUrl(r.ref.url)));
+      return fail(s.WithContext("opening shard", RedactUrl(ref().url)));
     }
   }
   if (r.end >= 0 && read_ == r.end - r.first) return finish_range();
@@ -342,11 +349,11 @@ bool LaneReader::Produce(LaneItem* item) {
     if (chunk.ok()) return finish_range();
     // The rest of the range the usual way, from the sample that ended it.
     const int64_t at = d.next();
-    Log().debug("reading {} through read buffers from sample {} on: {}", RedactUrl(r.ref.url), at,
+    Log().debug("reading {} through read buffers from sample {} on: {}", RedactUrl(ref().url), at,
                 chunk.status().ToString());
     direct_.reset();
     Status s = OpenReader(r, at, item);
-    if (!s.ok()) return fail(s.WithContext("opening shard", RedactUrl(r.ref.url)));
+    if (!s.ok()) return fail(s.WithContext("opening shard", RedactUrl(ref().url)));
     read_ = at - r.first;
     if (r.end >= 0 && read_ == r.end - r.first) return finish_range();
   }
@@ -359,10 +366,10 @@ bool LaneReader::Produce(LaneItem* item) {
   if (!*more) {
     if (r.end >= 0 && config_->tar.policy == ErrorPolicy::kRaise) {
       return fail(Status(StatusCode::kCorrupt,
-                         "shard " + RedactUrl(r.ref.url) + " ended after " +
+                         "shard " + RedactUrl(ref().url) + " ended after " +
                              std::to_string(r.first + read_) + " samples; the manifest says " +
                              std::to_string(r.end),
-                         RedactUrl(r.ref.url)));
+                         RedactUrl(ref().url)));
     }
     return finish_range();
   }

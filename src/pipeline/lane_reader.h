@@ -41,7 +41,6 @@ struct LaneRange {
   int64_t shard = 0;   // index into the epoch's shard list
   int64_t first = 0;   // samples of the shard file
   int64_t end = 0;     // -1: the whole shard
-  ShardRef ref;        // resolved url, size, checksum
   // The epoch's shard is part of the file from this sample on (mixed
   // streams): sample ids are file samples minus this.
   int64_t index_offset = 0;
@@ -131,6 +130,10 @@ struct LaneConfig {
   // samples, whichever comes first (large samples would otherwise keep
   // ring x their size in memory).
   uint64_t ring_bytes = uint64_t{4} << 20;
+  // The resolved url, size and checksum of entry `shard` of the epoch's
+  // list, made when a range is opened rather than kept for every range: a
+  // consumer of a million-shard data set has tens of thousands.
+  std::function<ShardRef(int64_t shard)> ref_of;
   int lanes = 4;
   int threads = 2;  // workers
   std::vector<int> cpus;  // the workers' CPUs (none: the process's)
@@ -207,6 +210,7 @@ class SHARDSTREAM_EXPORT LaneReader {
   std::string Describe() const;
 
  private:
+  ShardRef RefOf(const LaneRange& r) const { return config_->ref_of(r.shard); }
   Status OpenRange(const LaneRange& r, LaneItem* scratch);
   Result<std::unique_ptr<DirectRange>> OpenDirect(const LaneRange& r);
   // With direct_mapped, the shard's mapping (an error when it has none);

@@ -7,10 +7,14 @@
 #include "shardstream/loader.h"
 
 #include <algorithm>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <chrono>
 #include <mutex>
 
 #include "common/log.h"
+#include "plan/resolve_shards.h"
 #include "pipeline/first_sample.h"
 #include "pipeline/loader_impl.h"
 #include "pipeline/mds_fields.h"
@@ -36,43 +40,45 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   ro.index_dir = options.index_dir;
   ro.parquet = &options.parquet;
   if (options.streams.empty()) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, ResolveDataset(inputs, ro));
+    SHARDSTREAM_ASSIGN_OR_RETURN(impl->manifest, internal::ResolveShards(inputs, ro));
   } else {
     // Each stream on its own (its counts learned as for one data set), its
     // shards appended to one manifest.
     impl->layout = internal::EpochLayout(options.streams, options.epoch_size, options.seed);
     for (size_t k = 0; k < options.streams.size(); ++k) {
       const MixStream& so = options.streams[k];
-      auto m = ResolveDataset(so.inputs, ro);
+      auto m = internal::ResolveShards(so.inputs, ro);
       if (!m.ok()) return m.status().WithContext("loader: stream " + std::to_string(k));
       internal::EpochLayout::Stream st;
       st.name = so.name.empty() ? "stream" + std::to_string(k) : so.name;
-      st.begin = impl->manifest.shards.size();
+      st.begin = impl->manifest.size();
       st.samples = m->TotalSamples();
       if (st.samples < 0)
         return Status::Config("loader: stream '" + st.name + "' has shards of unknown sample count; "
                               "mixing needs them: give a manifest, or index the shards");
       if (st.samples == 0)
         return Status::Config("loader: stream '" + st.name + "' has no samples");
-      for (ShardEntry& e : m->shards) impl->manifest.shards.push_back(std::move(e));
-      st.end = impl->manifest.shards.size();
+      impl->manifest.AppendTable(*m);
+      st.end = impl->manifest.size();
       impl->layout.AddStream(std::move(st));
     }
     impl->stream_samples.assign(impl->layout.streams().size(), 0);
   }
   SHARDSTREAM_RETURN_IF_ERROR(internal::CheckMemoryBudget(options, impl->manifest));
-  SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns, internal::MdsColumnsOf(impl->manifest.shards));
+  SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns, internal::MdsColumnsOf(impl->manifest));
   SHARDSTREAM_RETURN_IF_ERROR(
       internal::ResolveMdsFields(impl->mds_columns, &options, &impl->token_decode));
   SHARDSTREAM_ASSIGN_OR_RETURN(impl->row_columns, internal::RowColumnsOf(options, impl->manifest));
   SHARDSTREAM_RETURN_IF_ERROR(internal::ResolveRowFields(impl->row_columns, &options));
-  auto urls = std::make_shared<std::vector<std::string>>();
-  for (const ShardEntry& s : impl->manifest.shards)
-    urls->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
-  impl->urls = std::move(urls);
   impl->opt = std::move(options);
   if (impl->opt.mode == LoaderMode::kEval) impl->opt.shuffle_buffer = 0;  // manifest order
   SHARDSTREAM_RETURN_IF_ERROR(impl->Plan(nullptr, impl->opt.epoch));
+#ifdef __GLIBC__
+  // Start-up over a large data set frees its scratch (the manifest's read
+  // buffer, duplicate check, plan) in pieces glibc keeps in its heaps; give
+  // those pages back, or every rank and worker of a node holds them for good.
+  if (impl->manifest.size() > 10000) malloc_trim(0);
+#endif
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
@@ -106,9 +112,10 @@ Result<Batch> Loader::next() {
   if (!m.run) {
     internal::RunConfig rc;
     rc.options = &m.opt;
-    rc.shards = m.mixing() ? &m.layout.shards() : &m.manifest.shards;
+    rc.shards = m.mixing() ? &m.layout.shards() : nullptr;
+    rc.table = m.mixing() ? nullptr : &m.manifest;
     rc.offsets = m.mixing() ? &m.layout.offsets() : nullptr;
-    rc.urls = m.urls;
+    rc.urls = m.PlanNames();
     rc.plan = m.plan;
     rc.epoch = m.epoch;
     rc.skip_tokens = m.partial;
@@ -323,7 +330,7 @@ int64_t Loader::rank_batches_per_epoch() const {
   // A restored own state knows only its own count.
   if (tokens && m.batch_target >= 0) return -1;
   if (tokens && !m.LoadTokenCounts().ok()) return -1;
-  Result<EpochPlan> all = EpochPlan::Create(m.plan_counts, m.plan_fingerprint, m.plan_options,
+  Result<EpochPlan> all = EpochPlan::Create(m.PlanCounts(), m.plan_fingerprint, m.plan_options,
                                             m.plan_resume.get());
   if (!all.ok()) return -1;
   const int64_t b = m.opt.batch_size;

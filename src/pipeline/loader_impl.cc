@@ -51,6 +51,25 @@ void Loader::Impl::FlushDeliveries() {
   pending.clear();
 }
 
+std::shared_ptr<const internal::ShardNames> Loader::Impl::PlanNames() const {
+  std::vector<int64_t> shards;
+  shards.reserve(plan.ranges.size());
+  for (const ShardRange& r : plan.ranges) shards.push_back(r.shard);
+  std::sort(shards.begin(), shards.end());
+  shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+  std::vector<std::string> urls;
+  urls.reserve(shards.size());
+  for (int64_t s : shards) {
+    if (mixing()) {
+      const ShardEntry& e = layout.shards()[static_cast<size_t>(s)];
+      urls.push_back(RedactUrl(e.resolved.empty() ? e.url : e.resolved));
+    } else {
+      urls.push_back(RedactUrl(manifest.resolved(static_cast<size_t>(s))));
+    }
+  }
+  return std::make_shared<const internal::ShardNames>(std::move(shards), std::move(urls));
+}
+
 Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_left) {
   EndRun();
   PlanOptions po;
@@ -77,18 +96,14 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
     SHARDSTREAM_RETURN_IF_ERROR(layout.LayOut(manifest, e, std::max<int64_t>(1, nodes)));
     if (nodes > 1) po.node_of = layout.nodes();
   }
-  const std::vector<ShardEntry>& list = mixing() ? layout.shards() : manifest.shards;
-  std::vector<int64_t> counts(list.size());
-  for (size_t i = 0; i < counts.size(); ++i) counts[i] = list[i].nsamples;
-  if (mixing()) {
-    auto u = std::make_shared<std::vector<std::string>>();
-    for (const ShardEntry& s : layout.shards()) u->push_back(RedactUrl(s.resolved.empty() ? s.url : s.resolved));
-    urls = std::move(u);
-  }
+  std::vector<int64_t> counts(mixing() ? layout.shards().size() : manifest.size());
+  for (size_t i = 0; i < counts.size(); ++i)
+    counts[i] = mixing() ? layout.shards()[i].nsamples : manifest.nsamples(i);
   const std::string fingerprint = DataFingerprint();
   SHARDSTREAM_ASSIGN_OR_RETURN(plan, PlanConsumer(counts, fingerprint, po, resume));
+  plan_counts = mixing() ? std::move(counts) : std::vector<int64_t>();
+  std::vector<int64_t>().swap(counts);
   tracker = std::make_unique<DeliveryTracker>(plan);
-  plan_counts = counts;
   plan_fingerprint = fingerprint;
   plan_options = po;
   plan_resume = resume != nullptr ? std::make_shared<const ResumeState>(*resume) : nullptr;
@@ -132,7 +147,7 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
   SHARDSTREAM_RETURN_IF_ERROR(LoadTokenCounts());
   // Every consumer's count, from the same plan every consumer makes: the
   // smallest is everyone's.
-  SHARDSTREAM_ASSIGN_OR_RETURN(EpochPlan all, EpochPlan::Create(counts, fingerprint, po, resume));
+  SHARDSTREAM_ASSIGN_OR_RETURN(EpochPlan all, EpochPlan::Create(PlanCounts(), fingerprint, po, resume));
   batch_target = token_batches =
       budget->LeastBatches(all, opt.world_size, opt.num_workers, Locator(), partial);
   equal_cut = true;

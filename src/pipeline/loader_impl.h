@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/shard_names.h"
 #include "pipeline/loader_run.h"
 #include "pipeline/wait_histogram.h"
 #include "plan/epoch_layout.h"
@@ -33,14 +34,14 @@ using Clock = std::chrono::steady_clock;
 class Loader::Impl {
  public:
   LoaderOptions opt;
-  Manifest manifest;
+  // The data set's shards (all streams', in order, when mixing).
+  internal::ShardTable manifest;
   // The columns of its MDS shards (none for tar), and how the token field
   // decodes when it is one (mds_fields.h).
   std::vector<MdsColumn> mds_columns;
   FieldDecode token_decode = FieldDecode::kAuto;
   // The columns of its JSON Lines files' first row (row_fields.h).
   std::vector<RowColumn> row_columns;
-  std::shared_ptr<const std::vector<std::string>> urls;
   int64_t epoch = 0;
   ConsumerPlan plan;
   std::unique_ptr<DeliveryTracker> tracker;
@@ -115,6 +116,8 @@ class Loader::Impl {
     return (legacy ? manifest.LegacyFingerprint() : manifest.Fingerprint()) +
            (mixing() ? layout.Fingerprint() : "") + (opt.mode == LoaderMode::kEval ? "/eval" : "");
   }
+  // The redacted urls of the shards the current plan reads (Batch::url).
+  std::shared_ptr<const internal::ShardNames> PlanNames() const;
   // The manifest shard and first sample of entry v of the epoch's list.
   std::pair<int64_t, int64_t> Locate(int64_t v) const { return layout.Locate(v); }
 
@@ -137,7 +140,15 @@ class Loader::Impl {
   void CountCut();
   // What the last Plan laid out, to count every worker of this rank when
   // asked (rank_batches_per_epoch).
+  // (Kept only when mixing: otherwise the table's column is the list's
+  // counts, and a million shards would hold them twice.)
   std::vector<int64_t> plan_counts;
+  std::vector<int64_t> PlanCounts() const {
+    if (mixing()) return plan_counts;
+    std::vector<int64_t> c(manifest.size());
+    for (size_t i = 0; i < c.size(); ++i) c[i] = manifest.nsamples(i);
+    return c;
+  }
   std::string plan_fingerprint;
   PlanOptions plan_options;
   std::shared_ptr<const ResumeState> plan_resume;

@@ -101,6 +101,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
       counters_(counters),
       queue_(static_cast<size_t>(std::max<int64_t>(opt_.prefetch, 1))) {
   std::vector<LaneRange> ranges;
+  ranges.reserve(config_.plan.ranges.size());
   for (const ShardRange& r : config_.plan.ranges) {
     LaneRange lr;
     const int64_t off = config_.offsets ? (*config_.offsets)[static_cast<size_t>(r.shard)] : 0;
@@ -108,16 +109,23 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     lr.first = r.first + off;
     lr.end = r.end >= 0 ? r.end + off : r.end;
     lr.index_offset = off;
-    const ShardEntry& entry = (*config_.shards)[static_cast<size_t>(r.shard)];
-    lr.ref = ShardRef::FromEntry(entry);
-    if (auto mds = entry.extra.find(kMdsLayoutKey); mds != entry.extra.end()) lr.mds = mds->second;
-    if (auto rows = entry.extra.find(kRowsFormatKey); rows != entry.extra.end()) {
-      lr.rows = true;
-      lr.parquet = rows->second == kRowsParquet;
+    const size_t at = static_cast<size_t>(r.shard);
+    const std::map<std::string, std::string>* extra =
+        config_.table != nullptr ? config_.table->extra(at) : &(*config_.shards)[at].extra;
+    if (extra != nullptr) {
+      if (auto mds = extra->find(kMdsLayoutKey); mds != extra->end()) lr.mds = mds->second;
+      if (auto rows = extra->find(kRowsFormatKey); rows != extra->end()) {
+        lr.rows = true;
+        lr.parquet = rows->second == kRowsParquet;
+      }
     }
     ranges.push_back(std::move(lr));
   }
   LaneConfig lc;
+  lc.ref_of = [table = config_.table, shards = config_.shards](int64_t shard) {
+    const size_t at = static_cast<size_t>(shard);
+    return ShardRef::FromEntry(table != nullptr ? (*table)[at] : (*shards)[at]);
+  };
   lc.tar.policy = opt_.error_policy;
   lc.tar.engine = opt_.engine;
   lc.tar.chunk_size = opt_.read_chunk;

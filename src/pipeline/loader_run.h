@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "manifest/shard_table.h"
+#include "pipeline/shard_names.h"
 #include "pipeline/sample_batcher.h"
 #include "pipeline/token_packer.h"
 #include "pipeline/prng.h"
@@ -41,11 +43,14 @@ struct RunCounters : LaneCounters {
 
 struct RunConfig {
   const LoaderOptions* options = nullptr;
-  const std::vector<ShardEntry>* shards = nullptr;  // the epoch's shard list
+  // The epoch's shard list: the mixed layout's entries, or else the data
+  // set's table.
+  const std::vector<ShardEntry>* shards = nullptr;
+  const ShardTable* table = nullptr;
   // Per entry of `shards`: its first sample in the file (mixed streams
   // take parts of shards); null: all 0.
   const std::vector<int64_t>* offsets = nullptr;
-  std::shared_ptr<const std::vector<std::string>> urls;  // redacted, per manifest shard
+  std::shared_ptr<const ShardNames> urls;  // redacted, of the plan's shards
   ConsumerPlan plan;
   int64_t epoch = 0;
   // Token batches after a restore: tokens of these (shard, sample) already delivered.

@@ -14,21 +14,21 @@ const MdsColumn* FindColumn(const std::vector<MdsColumn>& columns, std::string_v
 
 }  // namespace
 
-Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards) {
+Result<std::vector<MdsColumn>> MdsColumnsOf(const ShardTable& shards) {
   std::vector<MdsColumn> out;
   // Entries of one index share their columns (ReadMdsIndex checks it) but
   // not their counts and names: only a new columns text is parsed. The text
   // starts with them (FormatMdsLayout dumps keys in order, "columns" first),
   // and '],"' ends them: inside a JSON string the quote would be escaped.
   std::string_view last;
-  for (const ShardEntry& e : shards) {
-    auto it = e.extra.find(kMdsLayoutKey);
-    if (it == e.extra.end()) continue;
+  for (const auto& [i, extra] : shards.extras()) {
+    auto it = extra.find(kMdsLayoutKey);
+    if (it == extra.end()) continue;
     const std::string_view text = it->second;
     const std::string_view columns = text.substr(0, text.find("],\""));
     if (columns == last) continue;
     last = columns;
-    const std::string& url = e.resolved.empty() ? e.url : e.resolved;
+    const std::string url = shards.resolved(i);
     SHARDSTREAM_ASSIGN_OR_RETURN(MdsLayout l, ParseMdsLayout(it->second, url));
     for (MdsColumn& c : l.columns) {
       const MdsColumn* seen = FindColumn(out, c.name);

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "manifest/shard_table.h"
 #include "shardstream/loader.h"
 #include "shardstream/mds.h"
 
@@ -13,7 +14,7 @@ namespace shardstream::internal {
 
 // The columns of the MDS shards among `shards` (none for tar). kConfig for a
 // column name with two encodings (two MDS sets mixed or listed together).
-Result<std::vector<MdsColumn>> MdsColumnsOf(const std::vector<ShardEntry>& shards);
+Result<std::vector<MdsColumn>> MdsColumnsOf(const ShardTable& shards);
 
 // Rewrites opt->fields (kAuto entries naming a column) and, for a token
 // field that is a column, opt->tokens.input_dtype and *token_decode (kRaw or

@@ -86,14 +86,14 @@ struct MemoryEstimate {
   uint64_t total() const { return slots + read + buffered; }
 };
 
-MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
+MemoryEstimate Estimate(const LoaderOptions& o, const ShardTable& m) {
   MemoryEstimate e;
   double avg = 0;
   int64_t n = 0, bytes = 0;
-  for (const ShardEntry& s : m.shards) {
-    if (s.nsamples > 0 && s.size > 0) {
-      n += s.nsamples;
-      bytes += s.size;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m.nsamples(i) > 0 && m.bytes(i) > 0) {
+      n += m.nsamples(i);
+      bytes += m.bytes(i);
     }
   }
   avg = n > 0 ? static_cast<double>(bytes) / static_cast<double>(n) : 64 * 1024;
@@ -142,7 +142,7 @@ MemoryEstimate Estimate(const LoaderOptions& o, const Manifest& m) {
 
 }  // namespace
 
-Status CheckMemoryBudget(const LoaderOptions& o, const Manifest& m) {
+Status CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m) {
   if (o.memory_budget == 0) return Status::OK();
   const MemoryEstimate e = Estimate(o, m);
   if (e.total() <= o.memory_budget) return Status::OK();

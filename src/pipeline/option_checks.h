@@ -4,6 +4,7 @@
 #ifndef SHARDSTREAM_PIPELINE_OPTION_CHECKS_H_
 #define SHARDSTREAM_PIPELINE_OPTION_CHECKS_H_
 
+#include "manifest/shard_table.h"
 #include "shardstream/manifest.h"
 #include "shardstream/options.h"
 #include "shardstream/status.h"
@@ -15,7 +16,7 @@ Status ValidateLoaderOptions(const LoaderOptions& o);
 
 // kConfig with the estimate's parts when the options need more than
 // memory_budget for data set `m` (0: no check).
-Status CheckMemoryBudget(const LoaderOptions& o, const Manifest& m);
+Status CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m);
 
 }  // namespace shardstream::internal
 

@@ -14,12 +14,14 @@ const RowColumn* FindColumn(const std::vector<RowColumn>& columns, std::string_v
 
 }  // namespace
 
-Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const Manifest& manifest) {
+Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const ShardTable& manifest) {
   TarReaderOptions t;
   t.source = o.source;
-  for (const ShardEntry& e : manifest.shards) {
-    auto format = e.extra.find(kRowsFormatKey);
-    if (format == e.extra.end() || format->second != kRowsParquet) continue;
+  // Rows and Parquet entries carry the format key: only entries with extras.
+  for (const auto& [i, extra] : manifest.extras()) {
+    auto format = extra.find(kRowsFormatKey);
+    if (format == extra.end() || format->second != kRowsParquet) continue;
+    const ShardEntry e = manifest[i];
     if (!o.parquet)
       return Status(StatusCode::kConfig,
                     "loader: " + RedactUrl(e.resolved.empty() ? e.url : e.resolved) +
@@ -28,8 +30,9 @@ Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const Manife
                         "tar, MDS and JSON Lines",
                     RedactUrl(e.resolved.empty() ? e.url : e.resolved));
   }
-  for (const ShardEntry& e : manifest.shards) {
-    if (!e.extra.count(kRowsFormatKey) || e.nsamples == 0) continue;
+  for (const auto& [i, extra] : manifest.extras()) {
+    if (!extra.count(kRowsFormatKey) || manifest.nsamples(i) == 0) continue;
+    const ShardEntry e = manifest[i];
     if (e.extra.at(kRowsFormatKey) == kRowsParquet) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, o.parquet.columns(e.resolved.empty() ? e.url : e.resolved, o.source));
       if (!columns.empty()) return columns;

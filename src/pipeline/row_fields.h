@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "manifest/shard_table.h"
 #include "shardstream/loader.h"
 #include "shardstream/rows.h"
 
@@ -15,7 +16,7 @@ namespace shardstream::internal {
 // The columns of the first row of the first JSON Lines file among the
 // shards that holds one (none when there is no such file), read through
 // the options' cache or source.
-Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& options, const Manifest& manifest);
+Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& options, const ShardTable& manifest);
 
 // Rewrites opt->fields (kAuto entries naming a column). kConfig for a token
 // field that is a column of anything but text, or of text without

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/shard_names.h"
 #include "pipeline/batch_layout.h"
 #include "shardstream/pinned_pool.h"
 
@@ -53,7 +54,7 @@ class SHARDSTREAM_EXPORT SlotSource {
     BufferPool* p = pool();
     return p == nullptr || p->stats().in_use < p->slots();
   }
-  void set_epoch(int64_t epoch, std::shared_ptr<const std::vector<std::string>> urls) {
+  void set_epoch(int64_t epoch, std::shared_ptr<const ShardNames> urls) {
     epoch_ = epoch;
     urls_ = std::move(urls);
     next_index_ = 0;
@@ -72,7 +73,7 @@ class SHARDSTREAM_EXPORT SlotSource {
   std::shared_ptr<BufferPool> pool_;
   std::atomic<BufferPool*> pool_ptr_{nullptr};
   std::unique_ptr<BatchWriter> writer_;
-  std::shared_ptr<const std::vector<std::string>> urls_;
+  std::shared_ptr<const ShardNames> urls_;
   int64_t epoch_ = 0;
   int64_t next_index_ = 0;
 };

@@ -11,6 +11,8 @@
 #include <unordered_set>
 
 #include "common/log.h"
+#include "manifest/shard_table.h"
+#include "plan/resolve_shards.h"
 #include "shardstream/mds.h"
 #include "shardstream/rows.h"
 #include "shardstream/shard_index.h"
@@ -157,11 +159,19 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
 }
 
 // One input's shards.
-Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<ShardEntry>* out) {
+using internal::ShardTable;
+
+void AppendAll(ShardTable* out, const std::vector<ShardEntry>& entries) {
+  for (const ShardEntry& e : entries) out->Append(e);
+}
+
+// `whole`: set when the input was one manifest file taken whole into an
+// empty table (its reader checked it for duplicates).
+Status AddInput(const std::string& input, const ResolveOptions& o, ShardTable* out, bool* whole) {
   if (input.empty()) return Status::Config("data set: an input is empty");
   if (IsBracePattern(input)) {
     SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ManifestFromPattern(input));
-    out->insert(out->end(), m.shards.begin(), m.shards.end());
+    AppendAll(out, m.shards);
     return Status::OK();
   }
   const std::string local = LocalPath(input);
@@ -185,7 +195,7 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
           break;
         }
       if (holds_rows) {
-        for (const std::string& m : rows) out->push_back(RowsEntryFor(m));
+        for (const std::string& m : rows) out->Append(RowsEntryFor(m));
         return Status::OK();
       }
     }
@@ -195,7 +205,7 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
                         " (for a pattern of names that need not exist yet, or remote shards, use "
                         "braces: shard-{000000..000099}.tar; or pass a list or the folder)",
                     input);
-    for (const std::string& m : matched) out->push_back(EntryFor(m));
+    for (const std::string& m : matched) out->Append(EntryFor(m));
     return Status::OK();
   }
   const std::string scheme = UrlScheme(input);
@@ -211,13 +221,13 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
   }
   if (IsMdsIndexUrl(input)) {
     SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadMdsIndex(input, o.source));
-    out->insert(out->end(), m.shards.begin(), m.shards.end());
+    AppendAll(out, m.shards);
     return Status::OK();
   }
   if (IsManifestUrl(input) && IsRowsName(input)) {
     SHARDSTREAM_ASSIGN_OR_RETURN(bool rows, HoldsRows(input, o));
     if (rows) {
-      out->push_back(RowsEntryFor(input));
+      out->Append(RowsEntryFor(input));
       return Status::OK();
     }
   }
@@ -227,11 +237,11 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
         auto st = SourceOf(o).Stat(input);
         return !(st.ok() && st->is_dir);
       }())) {
-    out->push_back(RowsEntryFor(input));
+    out->Append(RowsEntryFor(input));
     return Status::OK();
   }
   if (IsShardUrl(input) || scheme == "pipe") {
-    out->push_back(EntryFor(input));
+    out->Append(EntryFor(input));
     return Status::OK();
   }
   if ((scheme == "http" || scheme == "https") && input.back() == '/') {
@@ -239,7 +249,7 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
     // shards in its index.json.
     auto mds = ReadMdsIndex(JoinUrl(input, "index.json"), o.source);
     if (mds.ok()) {
-      out->insert(out->end(), mds->shards.begin(), mds->shards.end());
+      AppendAll(out, mds->shards);
       return Status::OK();
     }
     if (mds.status().code() != StatusCode::kNotFound) return mds.status();
@@ -251,7 +261,7 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
     if (!st.ok() || st->is_dir) {
       auto listed = ListShards(input, o);
       if (listed.ok() && !listed->empty()) {
-        out->insert(out->end(), listed->begin(), listed->end());
+        AppendAll(out, *listed);
         return Status::OK();
       }
 
@@ -268,23 +278,31 @@ Status AddInput(const std::string& input, const ResolveOptions& o, std::vector<S
       return st.status();
     }
   }
-  SHARDSTREAM_ASSIGN_OR_RETURN(Manifest m, ReadManifest(input, o.source));
-  out->insert(out->end(), m.shards.begin(), m.shards.end());
+  // A manifest file: read into columns, a chunk at a time (a million
+  // shards cost tens of MiB, not a ShardEntry each).
+  SHARDSTREAM_ASSIGN_OR_RETURN(ShardTable t, internal::ReadManifestTable(input, o.source));
+  if (out->empty()) {
+    *out = std::move(t);
+    *whole = true;
+  } else {
+    out->AppendTable(t);
+  }
   return Status::OK();
 }
 
 // Sample counts from sidecar indexes, built for local shards that lack one.
-Status LearnCounts(Manifest* m, const ResolveOptions& o) {
+Status LearnCounts(ShardTable* m, const ResolveOptions& o) {
   std::vector<size_t> todo;
-  for (size_t i = 0; i < m->shards.size(); ++i)
-    if (m->shards[i].nsamples < 0) todo.push_back(i);
+  for (size_t i = 0; i < m->size(); ++i)
+    if (m->nsamples(i) < 0) todo.push_back(i);
   if (todo.empty()) return Status::OK();
   std::atomic<size_t> next{0}, built{0}, unknown{0};
   std::mutex mu;
   Status first_error;
   auto work = [&] {
     for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
-      ShardEntry& e = m->shards[todo[k]];
+      const size_t at = todo[k];
+      const ShardEntry e = (*m)[at];
       const std::string& url = e.resolved.empty() ? e.url : e.resolved;
       if (IsParquetEntry(e)) {
         // Parquet keeps its row count in its footer: no index needed.
@@ -298,7 +316,7 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
           if (first_error.ok()) first_error = rows.status().WithContext("data set: reading the footer of " + RedactUrl(url), RedactUrl(url));
           continue;
         }
-        e.nsamples = *rows;
+        m->set_nsamples(at, *rows);
         continue;
       }
       if (!MayHaveIndex(url)) {
@@ -339,8 +357,8 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
                                RedactUrl(url), found->kept.ToString());
       }
       const SampleIndex* index = &found->index;
-      e.nsamples = static_cast<int64_t>(index->samples.size());
-      if (e.size < 0) e.size = static_cast<int64_t>(index->shard_size);
+      m->set_nsamples(at, static_cast<int64_t>(index->samples.size()));
+      if (e.size < 0) m->set_bytes(at, static_cast<int64_t>(index->shard_size));
     }
   };
   const size_t n = std::min<size_t>(todo.size(), static_cast<size_t>(std::max(1, o.threads)));
@@ -370,21 +388,29 @@ Status LearnCounts(Manifest* m, const ResolveOptions& o) {
 
 }  // namespace
 
-Result<Manifest> ResolveDataset(const std::vector<std::string>& inputs, const ResolveOptions& o) {
+namespace internal {
+
+Result<ShardTable> ResolveShards(const std::vector<std::string>& inputs, const ResolveOptions& o) {
   if (inputs.empty())
     return Status::Config("data set: no input given (a manifest, shard, directory or pattern)");
-  Manifest m;
-  for (const std::string& input : inputs) SHARDSTREAM_RETURN_IF_ERROR(AddInput(input, o, &m.shards));
-  m.url = inputs.size() == 1 ? inputs[0] : inputs[0] + " (+" + std::to_string(inputs.size() - 1) + ")";
-  if (m.shards.empty()) return Status::Config("data set: the inputs name no shards");
-  std::unordered_set<std::string> seen;
-  for (const ShardEntry& e : m.shards) {
-    const std::string& u = e.resolved.empty() ? e.url : e.resolved;
-    if (!seen.insert(u).second)
-      return Status::Config("data set: shard " + RedactUrl(u) + " is named twice");
-  }
+  ShardTable m;
+  bool whole = false;
+  for (const std::string& input : inputs) SHARDSTREAM_RETURN_IF_ERROR(AddInput(input, o, &m, &whole));
+  m.set_source_url(inputs.size() == 1 ? inputs[0]
+                                      : inputs[0] + " (+" + std::to_string(inputs.size() - 1) + ")");
+  if (m.empty()) return Status::Config("data set: the inputs name no shards");
+  if (auto dup = inputs.size() == 1 && whole ? std::nullopt : m.FirstDuplicate())
+    return Status::Config("data set: shard " + RedactUrl(m.resolved(dup->first)) + " is named twice");
   if (o.learn_counts) SHARDSTREAM_RETURN_IF_ERROR(LearnCounts(&m, o));
+  m.ShrinkToFit();
   return m;
+}
+
+}  // namespace internal
+
+Result<Manifest> ResolveDataset(const std::vector<std::string>& inputs, const ResolveOptions& o) {
+  SHARDSTREAM_ASSIGN_OR_RETURN(internal::ShardTable t, internal::ResolveShards(inputs, o));
+  return t.ToManifest();
 }
 
 }  // namespace shardstream

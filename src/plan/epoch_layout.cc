@@ -13,7 +13,7 @@ void EpochLayout::AddStream(Stream stream) {
   streams_.push_back(std::move(stream));
 }
 
-Status EpochLayout::LayOut(const Manifest& manifest, int64_t e, int64_t nodes) {
+Status EpochLayout::LayOut(const ShardTable& manifest, int64_t e, int64_t nodes) {
   // Samples each stream gives this epoch.
   std::vector<int64_t> quota(streams_.size());
   const bool weighted = options_.front().weight >= 0;
@@ -52,7 +52,7 @@ Status EpochLayout::LayOut(const Manifest& manifest, int64_t e, int64_t nodes) {
   offset_.clear();
   node_.clear();
   auto take = [&](size_t shard, int64_t count, uint32_t node) {
-    ShardEntry entry = manifest.shards[shard];
+    ShardEntry entry = manifest[shard];
     entry.nsamples = count;
     shards_.push_back(std::move(entry));
     real_.push_back(static_cast<int64_t>(shard));
@@ -68,7 +68,7 @@ Status EpochLayout::LayOut(const Manifest& manifest, int64_t e, int64_t nodes) {
       for (size_t i = st.begin; i < st.end; ++i) mine[0].push_back(i);
     } else {
       std::vector<int64_t> counts;
-      for (size_t i = st.begin; i < st.end; ++i) counts.push_back(manifest.shards[i].nsamples);
+      for (size_t i = st.begin; i < st.end; ++i) counts.push_back(manifest.nsamples(i));
       auto assigned = internal::AssignNodes(
           counts, internal::DeriveSeed(seed_, internal::Domain::kNodeAssign, k), nodes);
       for (size_t j = 0; j < assigned.size(); ++j)
@@ -78,7 +78,7 @@ Status EpochLayout::LayOut(const Manifest& manifest, int64_t e, int64_t nodes) {
     // remainders, ties to the lower node).
     std::vector<int64_t> have(mine.size(), 0), share(mine.size(), 0);
     for (size_t j = 0; j < mine.size(); ++j)
-      for (size_t i : mine[j]) have[j] += manifest.shards[i].nsamples;
+      for (size_t i : mine[j]) have[j] += manifest.nsamples(i);
     std::vector<std::pair<int64_t, size_t>> rests;
     int64_t given = 0;
     for (size_t j = 0; j < mine.size(); ++j) {
@@ -95,7 +95,7 @@ Status EpochLayout::LayOut(const Manifest& manifest, int64_t e, int64_t nodes) {
       const uint32_t node = static_cast<uint32_t>(j);
       const int64_t passes = share[j] / have[j], rest = share[j] % have[j];
       for (int64_t p = 0; p < passes; ++p)
-        for (size_t i : mine[j]) take(i, manifest.shards[i].nsamples, node);
+        for (size_t i : mine[j]) take(i, manifest.nsamples(i), node);
       if (rest == 0) continue;
       // The rest: whole shards in a seeded order, the last one in part.
       std::vector<size_t> order = mine[j];
@@ -106,7 +106,7 @@ Status EpochLayout::LayOut(const Manifest& manifest, int64_t e, int64_t nodes) {
       int64_t left = rest;
       for (size_t i : order) {
         if (left == 0) break;
-        const int64_t n = std::min(left, manifest.shards[i].nsamples);
+        const int64_t n = std::min(left, manifest.nsamples(i));
         if (n > 0) take(i, n, node);
         left -= n;
       }

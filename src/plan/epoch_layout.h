@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "manifest/shard_table.h"
 #include "shardstream/manifest.h"
 #include "shardstream/options.h"
 #include "shardstream/status.h"
@@ -44,7 +45,7 @@ class EpochLayout {
   // Lays out epoch e's list for `nodes` nodes: each stream's shards stay on
   // the nodes they are assigned to for all epochs, and each node takes its
   // part of the stream's quota from its own shards.
-  Status LayOut(const Manifest& manifest, int64_t e, int64_t nodes);
+  Status LayOut(const ShardTable& manifest, int64_t e, int64_t nodes);
   // What resume states carry of the mix ("/mix:...").
   std::string Fingerprint() const;
 

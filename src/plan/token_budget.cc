@@ -49,12 +49,12 @@ Result<std::vector<int64_t>> MdsTokenPrefix(const std::string& url, const std::s
 
 }  // namespace
 
-Status TokenBudget::Load(const Manifest& manifest, const TokenOptions& tokens, Source* source,
+Status TokenBudget::Load(const ShardTable& manifest, const TokenOptions& tokens, Source* source,
                          const std::string& index_dir) {
   if (loaded()) return Status::OK();
-  std::vector<std::vector<int64_t>> out(manifest.shards.size());
+  std::vector<std::vector<int64_t>> out(manifest.size());
   for (size_t i = 0; i < out.size(); ++i) {
-    const ShardEntry& e = manifest.shards[i];
+    const ShardEntry e = manifest[i];
     const std::string& url = e.resolved.empty() ? e.url : e.resolved;
     if (auto mds = e.extra.find(kMdsLayoutKey); mds != e.extra.end()) {
       SHARDSTREAM_ASSIGN_OR_RETURN(out[i], MdsTokenPrefix(url, mds->second, tokens, source));

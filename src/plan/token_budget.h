@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "manifest/shard_table.h"
 #include "shardstream/manifest.h"
 #include "shardstream/options.h"
 #include "shardstream/shard_split.h"
@@ -41,7 +42,7 @@ class TokenBudget {
   // index and sums its documents' `field` counts (raw fields: bytes over
   // `input_dtype`'s size). On failure returns what the index lacks, naming
   // the shard. Once loaded, later calls do nothing.
-  Status Load(const Manifest& manifest, const TokenOptions& tokens, Source* source,
+  Status Load(const ShardTable& manifest, const TokenOptions& tokens, Source* source,
               const std::string& index_dir);
   bool loaded() const { return loaded_; }
 

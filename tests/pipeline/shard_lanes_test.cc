@@ -60,11 +60,11 @@ TEST_P(ShardLanesTest, ItemsInOrderInTheirSlotsAndStorageBackWithinOneRing) {
     r.shard = shard;
     r.first = first;
     r.end = end;
-    r.ref = ShardRef(d.shard_paths[static_cast<size_t>(shard)]);
     ranges.push_back(r);
   }
 
   LaneConfig lc;
+  lc.ref_of = [&d](int64_t shard) { return ShardRef(d.shard_paths[static_cast<size_t>(shard)]); };
   lc.tar.chunk_size = 64 << 10;  // the least: a shard spans several
   lc.tar.build_index = false;
   lc.ring = p.ring;
