@@ -152,6 +152,17 @@ TEST(ReadManifestTableTest, ReadsWhatParseManifestReads) {
   auto csv = ReadManifestTable(dir.Join("m.csv"), nullptr);
   ASSERT_TRUE(csv.ok()) << csv.status();
   ExpectSameAs(*csv, *LoadManifest(dir.Join("m.csv")));
+  // A name that does not say the format, and a first line beyond the first
+  // chunk: decided on the whole text, as ParseManifest does.
+  const std::string late = std::string((size_t{1} << 20) + 10, '\n') + "url,nsamples\na.tar,2\n";
+  testing::WriteFile(dir.Join("listing"), late);
+  auto by_content = ReadManifestTable(dir.Join("listing"), nullptr);
+  ASSERT_TRUE(by_content.ok()) << by_content.status();
+  ExpectSameAs(*by_content, *ParseManifest(late, dir.Join("listing")));
+  testing::WriteFile(dir.Join("lines"), text);
+  auto unnamed = ReadManifestTable(dir.Join("lines"), nullptr);
+  ASSERT_TRUE(unnamed.ok()) << unnamed.status();
+  ExpectSameAs(*unnamed, *ParseManifest(text, dir.Join("lines")));
 }
 
 TEST(ReadManifestTableTest, BadLinesFailAsParseManifestDoes) {

@@ -276,11 +276,16 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 }  // namespace
 
 namespace internal {
-ManifestFormat DetectManifestFormat(std::string_view text, const std::string& url) {
+ManifestFormat ManifestFormatByName(const std::string& url) {
   std::string name = UrlBasename(url);
   if (EndsWith(name, ".jsonl") || EndsWith(name, ".ndjson")) return ManifestFormat::kJsonl;
   if (EndsWith(name, ".csv")) return ManifestFormat::kCsv;
   if (EndsWith(name, ".json")) return ManifestFormat::kJson;
+  return ManifestFormat::kAuto;
+}
+
+ManifestFormat DetectManifestFormat(std::string_view text, const std::string& url) {
+  if (ManifestFormat f = ManifestFormatByName(url); f != ManifestFormat::kAuto) return f;
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) return ManifestFormat::kJsonl;
   if (text[first] == '[') return ManifestFormat::kJson;

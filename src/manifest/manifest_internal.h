@@ -34,6 +34,8 @@ Status ValidateEntry(const ShardEntry& e, const std::string& url, size_t line);
 // kAuto resolved: by extension (.jsonl/.ndjson, .csv, .json), else by the
 // text's start (a first line that is an object with "url" is JSON Lines).
 ManifestFormat DetectManifestFormat(std::string_view text, const std::string& url);
+// By the extension alone; kAuto when it says nothing.
+ManifestFormat ManifestFormatByName(const std::string& url);
 
 // The 1-based line of byte `offset` in `text`.
 size_t LineOf(std::string_view text, size_t offset);

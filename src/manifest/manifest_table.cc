@@ -38,8 +38,17 @@ Result<ShardTable> ReadManifestTable(const std::string& url, Source* source) {
   std::string buf;
   buf.reserve(2 * kChunk);
   SHARDSTREAM_ASSIGN_OR_RETURN(bool more, Fill(*in, &buf, kChunk));
-  if (DetectManifestFormat(buf, url) != ManifestFormat::kJsonl) {
-    // CSV and JSON documents: small in practice, parsed whole.
+  // The format as ParseManifest finds it in the whole text: by the name,
+  // or else by the first line, which this chunk must then hold whole (if it
+  // does not, ParseManifest decides on the whole text).
+  ManifestFormat format = ManifestFormatByName(url);
+  if (format == ManifestFormat::kAuto) {
+    const size_t first = buf.find_first_not_of(" \t\r\n");
+    if (!more || (first != std::string::npos && buf.find('\n', first) != std::string::npos))
+      format = DetectManifestFormat(buf, url);
+  }
+  if (format != ManifestFormat::kJsonl) {
+    // CSV and JSON documents (small in practice): parsed whole.
     while (more) {
       SHARDSTREAM_ASSIGN_OR_RETURN(more, Fill(*in, &buf, kChunk));
     }

@@ -296,6 +296,10 @@ Status LearnCounts(ShardTable* m, const ResolveOptions& o) {
   for (size_t i = 0; i < m->size(); ++i)
     if (m->nsamples(i) < 0) todo.push_back(i);
   if (todo.empty()) return Status::OK();
+  // What each thread learns, written into the table after the join: a
+  // column may change representation when a value is set (IntColumn), so
+  // no thread writes it while others read it.
+  std::vector<int64_t> learned(todo.size(), -1), sizes(todo.size(), -1);
   std::atomic<size_t> next{0}, built{0}, unknown{0};
   std::mutex mu;
   Status first_error;
@@ -316,7 +320,7 @@ Status LearnCounts(ShardTable* m, const ResolveOptions& o) {
           if (first_error.ok()) first_error = rows.status().WithContext("data set: reading the footer of " + RedactUrl(url), RedactUrl(url));
           continue;
         }
-        m->set_nsamples(at, *rows);
+        learned[k] = *rows;
         continue;
       }
       if (!MayHaveIndex(url)) {
@@ -357,8 +361,8 @@ Status LearnCounts(ShardTable* m, const ResolveOptions& o) {
                                RedactUrl(url), found->kept.ToString());
       }
       const SampleIndex* index = &found->index;
-      m->set_nsamples(at, static_cast<int64_t>(index->samples.size()));
-      if (e.size < 0) m->set_bytes(at, static_cast<int64_t>(index->shard_size));
+      learned[k] = static_cast<int64_t>(index->samples.size());
+      if (e.size < 0) sizes[k] = static_cast<int64_t>(index->shard_size);
     }
   };
   const size_t n = std::min<size_t>(todo.size(), static_cast<size_t>(std::max(1, o.threads)));
@@ -366,6 +370,10 @@ Status LearnCounts(ShardTable* m, const ResolveOptions& o) {
   for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+  for (size_t k = 0; k < todo.size(); ++k) {
+    if (learned[k] >= 0) m->set_nsamples(todo[k], learned[k]);
+    if (sizes[k] >= 0) m->set_bytes(todo[k], sizes[k]);
+  }
   SHARDSTREAM_RETURN_IF_ERROR(first_error);
   if (built > 0 && o.index_dir.empty())
     // Said at warning level: files appear in the user's data folder.
