@@ -82,9 +82,12 @@ SHARDSTREAM_EXPORT std::string IndexCacheUrl(const std::string& index_dir,
 // Reads "<shard_url>.idx", or with `index_dir` the copy kept there when there
 // is no sidecar. On failure returns NotFound when there is none, kCorrupt
 // when it is damaged or describes a shard of another size (a stale index).
+// The shard's size is asked of the source (a HEAD for remote shards) unless
+// `shard_size` (>= 0) gives it, as an object store's listing does.
 SHARDSTREAM_EXPORT Result<SampleIndex> ReadSampleIndex(const std::string& shard_url,
                                                        Source* source = nullptr,
-                                                       const std::string& index_dir = "");
+                                                       const std::string& index_dir = "",
+                                                       int64_t shard_size = -1);
 // Writes "<shard_url>.idx" atomically; with `index_dir`, IndexCacheUrl
 // there instead (the folder is made), leaving the shard's folder alone.
 // Both read and write through `source` (DefaultSource() when null), the

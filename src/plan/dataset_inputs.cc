@@ -106,9 +106,12 @@ Result<std::vector<ShardEntry>> ListShards(const std::string& dir, const Resolve
     if (!f.is_dir && UrlBasename(f.url) == kWrittenManifestName) manifest = f.url;
     if (!f.is_dir && IsMdsIndexUrl(f.url)) mds_index = f.url;
     if (f.is_dir || !IsShardUrl(f.url)) continue;
-    // The size stays unknown (the index gives it): a listed symlink's size
-    // is its own, not its target's.
+    // A local shard's size stays unknown (the index gives it): a listed
+    // symlink's size is its own, not its target's. An object store's listing
+    // gives the object's: its index is then checked against it without a
+    // HEAD per shard.
     out.push_back(EntryFor(f.url));
+    if (LocalPath(f.url).empty()) out.back().size = static_cast<int64_t>(f.size);
   }
   std::sort(out.begin(), out.end(),
             [](const ShardEntry& a, const ShardEntry& b) { return a.resolved < b.resolved; });
@@ -328,7 +331,7 @@ Status LearnCounts(ShardTable* m, const ResolveOptions& o) {
         continue;
       }
       auto found = internal::LoadOrBuildSampleIndex(url, o.source, o.index_dir, o.build_indexes,
-                                                    /*need_fields=*/false, IsRowsEntry(e));
+                                                    /*need_fields=*/false, IsRowsEntry(e), e.size);
       if (!found.ok() || found->build_failed) {
         // A transient or permission error must fail the loader, not make
         // this rank plan without counts while the others plan with them.

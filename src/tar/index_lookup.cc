@@ -8,9 +8,9 @@ namespace shardstream::internal {
 
 Result<IndexLookup> LoadOrBuildSampleIndex(const std::string& url, Source* source,
                                            const std::string& index_dir, bool build,
-                                           bool need_fields, bool rows) {
+                                           bool need_fields, bool rows, int64_t shard_size) {
   IndexLookup out;
-  auto read = ReadSampleIndex(url, source, index_dir);
+  auto read = ReadSampleIndex(url, source, index_dir, shard_size);
   if (!read.ok() && read.status().code() != StatusCode::kNotFound &&
       read.status().code() != StatusCode::kCorrupt)
     return read.status();

@@ -33,9 +33,11 @@ struct IndexLookup {
 // that may not be rebuilt is returned as found. On failure returns the
 // read's error when it is not kNotFound or kCorrupt (I/O, permission: not
 // the shard's, and a rank must not plan without an index the others read).
+// `shard_size` (>= 0): the shard's size as known (a listing), not asked.
 Result<IndexLookup> LoadOrBuildSampleIndex(const std::string& url, Source* source,
                                            const std::string& index_dir, bool build,
-                                           bool need_fields, bool rows = false);
+                                           bool need_fields, bool rows = false,
+                                           int64_t shard_size = -1);
 
 }  // namespace shardstream::internal
 

@@ -2,6 +2,7 @@
 // a header, one record per sample, and an xxh3_64 of everything before it.
 #include "shardstream/shard_index.h"
 
+#include <optional>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -233,7 +234,7 @@ std::string IndexCacheUrl(const std::string& index_dir, const std::string& shard
 }
 
 Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source,
-                                    const std::string& index_dir) {
+                                    const std::string& index_dir, int64_t shard_size) {
   Source* src = source ? source : DefaultSource().get();
   std::string idx_url = IndexUrlFor(shard_url);
   Result<std::string> read = ReadFileToString(*src, idx_url);
@@ -244,12 +245,17 @@ Result<SampleIndex> ReadSampleIndex(const std::string& shard_url, Source* source
   }
   SHARDSTREAM_ASSIGN_OR_RETURN(std::string data, std::move(read));
   SHARDSTREAM_ASSIGN_OR_RETURN(SampleIndex index, ParseSampleIndex(data, idx_url));
-  auto info = src->Stat(shard_url);
-  if (info.ok() && info->size != index.shard_size)
+  std::optional<uint64_t> size;
+  if (shard_size >= 0) {
+    size = static_cast<uint64_t>(shard_size);
+  } else if (auto info = src->Stat(shard_url); info.ok()) {
+    size = info->size;
+  }
+  if (size && *size != index.shard_size)
     return Status(StatusCode::kCorrupt,
                   "sample index " + RedactUrl(idx_url) + " is stale: it describes " +
                       std::to_string(index.shard_size) + " bytes, the shard has " +
-                      std::to_string(info->size),
+                      std::to_string(*size),
                   RedactUrl(shard_url));
   return index;
 }

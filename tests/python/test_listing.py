@@ -13,6 +13,7 @@ import sys
 import urllib.request
 
 import numpy as np
+import pytest
 
 import shardstream
 from conftest import free_port, reaped
@@ -82,8 +83,14 @@ def test_a_prefix_is_listed_once_per_job(moto_s3, tmp_path):
     # by a listing too).
     before = counts()
     shardstream._core.resolve_listing("s3://data/set/")
-    one = counts().get("list", 0) - before.get("list", 0)
+    listed = counts()
+    one = listed.get("list", 0) - before.get("list", 0)
     assert one >= 1
+    # The listing gives each object's size: no HEAD of a shard to check its index against it.
+    heads = [k for k, n in listed["by_key"].items()
+             if k.startswith("HEAD /data/set/") and k.endswith(".tar")
+             and n > before["by_key"].get(k, 0)]
+    assert heads == [], heads
     before = counts()
     results = run_ranks("s3://data/set/", tmp_path / "dist", use_dist=True)
     after = counts()
@@ -104,6 +111,33 @@ def test_a_prefix_is_listed_once_per_job(moto_s3, tmp_path):
     idx_gets = [n - before["by_key"].get(k, 0) for k, n in after["by_key"].items()
                 if k.startswith("GET /data/set/") and k.endswith(".idx")]
     assert sorted(set(idx_gets)) == [2], idx_gets
+
+
+def test_an_index_the_listed_size_contradicts_is_stale(moto_s3, tmp_path):
+    # The size the listing gives is the one each index is checked against, without a HEAD: a
+    # shard rewritten after its index (512 more bytes) has no count (its index is stale), so
+    # the listing is not shared as a manifest; the same shards as written resolve whole.
+    root = tmp_path / "set"
+    with shardstream.ShardWriter(str(root), max_samples=PER_SHARD, write_index=True) as w:
+        for i in range(2 * PER_SHARD):
+            w.write({"__key__": f"s{i:05d}", "cls": i % 7})
+    moto_s3.create_bucket(Bucket="stale")
+    for prefix, pad in (("good", 0), ("bad", 512)):
+        for n in sorted(os.listdir(root)):
+            if n.endswith((".tar", ".idx")):
+                data = (root / n).read_bytes()
+                if n == "shard-000001.tar":
+                    data += bytes(pad)
+                moto_s3.put_object(Bucket="stale", Key=f"{prefix}/{n}", Body=data)
+    before = counts()
+    good = shardstream._core.resolve_listing("s3://stale/good/")
+    assert good is not None and len(good.splitlines()) == 2
+    assert [json.loads(line)["nsamples"] for line in good.splitlines()] == [PER_SHARD] * 2
+    assert shardstream._core.resolve_listing("s3://stale/bad/") is None
+    after = counts()
+    heads = [k for k, n in after["by_key"].items()
+             if k.startswith("HEAD /stale/") and k.endswith(".tar") and n > before["by_key"].get(k, 0)]
+    assert heads == [], heads
 
 
 def test_a_prefix_that_lists_nothing_fails_every_rank(moto_s3, tmp_path):
