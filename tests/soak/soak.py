@@ -300,9 +300,24 @@ def dump_stacks(work, agents):
         todo += children.get(pid, [])
     with open(os.path.join(work, "logs", "hang-stacks.txt"), "w") as f:
         for pid in pids:
-            out = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+            # Native frames too: a process can hang in C (a fork's handlers, a lock).
+            out = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True,
                                  text=True, timeout=60)
-            f.write(out.stdout + out.stderr + "\n")
+            if out.returncode != 0:
+                out = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+                                     text=True, timeout=60)
+            f.write(out.stdout + out.stderr)
+            # Each thread's state and where the kernel has it waiting.
+            for tid in sorted(os.listdir(f"/proc/{pid}/task")) if os.path.isdir(f"/proc/{pid}/task") else []:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/stat") as st:
+                        state = st.read().rsplit(")", 1)[1].split()[0]
+                    with open(f"/proc/{pid}/task/{tid}/wchan") as w:
+                        wchan = w.read().strip()
+                except OSError:
+                    continue
+                f.write(f"  thread {tid}: state {state}, waiting in {wchan or '-'}\n")
+            f.write("\n")
 
 
 def main():
