@@ -221,10 +221,11 @@ std::optional<std::pair<size_t, size_t>> ShardTable::FirstDuplicate() const {
   std::vector<uint64_t> hash(n);
   std::string joined;
   ForEachUrl([&](size_t i, std::string_view u) {
-    if (!resolved_as_given_.empty() && resolved_as_given_.count(i)) {
-      const std::string& r = resolved_as_given_.at(i);
-      hash[i] = XXH3_64bits(r.data(), r.size());
-      return;
+    if (!resolved_as_given_.empty()) {
+      if (auto r = resolved_as_given_.find(i); r != resolved_as_given_.end()) {
+        hash[i] = XXH3_64bits(r->second.data(), r->second.size());
+        return;
+      }
     }
     joined = JoinUrl(BaseOf(i), u);
     hash[i] = XXH3_64bits(joined.data(), joined.size());

@@ -64,6 +64,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     }
     impl->stream_samples.assign(impl->layout.streams().size(), 0);
   }
+  impl->manifest_fingerprint = impl->manifest.Fingerprint();
   SHARDSTREAM_RETURN_IF_ERROR(internal::CheckMemoryBudget(options, impl->manifest));
   SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns, internal::MdsColumnsOf(impl->manifest));
   SHARDSTREAM_RETURN_IF_ERROR(

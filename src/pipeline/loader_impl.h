@@ -36,6 +36,9 @@ class Loader::Impl {
   LoaderOptions opt;
   // The data set's shards (all streams', in order, when mixing).
   internal::ShardTable manifest;
+  // manifest.Fingerprint(), taken once the table is complete (Create): a
+  // pass over every url, 0.1 s at a million shards, not to repeat per epoch.
+  std::string manifest_fingerprint;
   // The columns of its MDS shards (none for tar), and how the token field
   // decodes when it is one (mds_fields.h).
   std::vector<MdsColumn> mds_columns;
@@ -113,7 +116,7 @@ class Loader::Impl {
   // What resume states carry: the data set's fingerprint, the mix, the mode
   // (legacy: as earlier releases wrote it).
   std::string DataFingerprint(bool legacy = false) const {
-    return (legacy ? manifest.LegacyFingerprint() : manifest.Fingerprint()) +
+    return (legacy ? manifest.LegacyFingerprint() : manifest_fingerprint) +
            (mixing() ? layout.Fingerprint() : "") + (opt.mode == LoaderMode::kEval ? "/eval" : "");
   }
   // The redacted urls of the shards the current plan reads (Batch::url).
