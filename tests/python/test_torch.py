@@ -193,3 +193,40 @@ def test_a_list_of_shards_and_a_directory(tmp_path, total):
     assert sum(len(b["__key__"]) for b in ds) == 50
     whole = ShardDataset(d, fields=["cls"], batch_size=10)
     assert sum(len(b["__key__"]) for b in whole.dataloader()) == total
+
+
+_DISTRIBUTED_WORKERS = r"""
+import logging, sys, torch.distributed as dist
+from shardstream.torch import ShardDataset
+manifest, store = sys.argv[1], sys.argv[2]
+
+def keys(dl):
+    return sorted(k for b in dl for k in b["__key__"])
+
+ds = ShardDataset(manifest, fields=["cls"], batch_size=10, seed=3)
+alone = ds.dataloader(num_workers=2)
+assert alone.multiprocessing_context is None, alone.multiprocessing_context  # fork, as given
+want = keys(ds.dataloader())
+dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
+dl = ds.dataloader(num_workers=2)
+assert dl.multiprocessing_context.get_start_method() == "forkserver"
+assert keys(dl) == want
+assert ds.dataloader(num_workers=2, multiprocessing_context="spawn") \
+    .multiprocessing_context.get_start_method() == "spawn"  # a given context stays
+records = []
+logging.getLogger("shardstream").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: records.append(r.getMessage())})())
+unpicklable = ShardDataset(manifest, fields=["cls"], batch_size=10, seed=3, map=lambda s: s)
+assert unpicklable.dataloader(num_workers=2).multiprocessing_context is None
+assert any("does not pickle" in m for m in records), records
+dist.destroy_process_group()
+print("ok", len(want))
+"""
+
+
+def test_dataloader_workers_under_distributed_come_from_a_forkserver(manifest, total, tmp_path):
+    # A fork in a process with torch.distributed's threads can hang in the child (CPython
+    # gh-112275); ds.dataloader() starts workers from a forkserver there, and keeps the data.
+    r = subprocess.run([sys.executable, "-c", _DISTRIBUTED_WORKERS, str(manifest),
+                        str(tmp_path / "store")], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split() == ["ok", str(total)]

@@ -8,10 +8,12 @@ import difflib
 import inspect
 import logging
 import os
+import pickle
 import sys
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.distributed
 import torch.utils.data
 
 from ..errors import ConfigError
@@ -587,10 +589,30 @@ class ShardDataset(torch.utils.data.IterableDataset):
     def dataloader(self, **kwargs: Any) -> "torch.utils.data.DataLoader":
         """A DataLoader with the recommended settings: ``batch_size=None``,
         ``num_workers=0``, ``collate_fn=passthrough``; keyword arguments
-        override them (e.g. ``num_workers=2, multiprocessing_context="spawn"``)."""
+        override them (e.g. ``num_workers=2, multiprocessing_context="spawn"``).
+
+        Workers in a process where ``torch.distributed`` is initialized come
+        from a forkserver unless a context is given: a fork there can hang in
+        the child (docs/python.md, "DataLoader settings"). A data set that
+        does not pickle (a lambda ``map``) keeps fork, with a warning."""
         kw: Dict[str, Any] = {"batch_size": None, "num_workers": 0, "collate_fn": passthrough}
         kw.update(kwargs)
+        if (kw["num_workers"] > 0 and kw.get("multiprocessing_context") is None
+                and torch.distributed.is_available() and torch.distributed.is_initialized()):
+            kw["multiprocessing_context"] = self._worker_context()
         return torch.utils.data.DataLoader(self, **kw)
+
+    def _worker_context(self) -> Optional[str]:
+        try:
+            pickle.dumps(self)
+        except Exception as e:  # noqa: BLE001 - any failure to pickle means a forkserver cannot start it
+            logging.getLogger("shardstream").warning(
+                "dataloader: workers are forked, not started from a forkserver, because the data "
+                "set does not pickle (%s); under torch.distributed a fork can hang in the child "
+                "(docs/python.md, DataLoader settings): give map and batch_map module-level "
+                "functions", e)
+            return None
+        return "forkserver"
 
     # -- telemetry -------------------------------------------------------------
     def stats(self) -> Dict[str, Any]:
