@@ -249,15 +249,27 @@ class EventLog:
         return events
 
 
-def dir_bytes(path):
-    total = 0
+def cache_usage(path):
+    """(shard bytes, disk bytes, listing) of a node's cache directory. Shard bytes are what
+    the limit bounds (docs/cache.md): entries' sizes, and downloads at the larger of their
+    size and the blocks they hold (a download preallocates). Disk bytes are every file's
+    blocks: the entries' metadata and lock files, a block each, come on top of the limit."""
+    shard = disk = 0
+    listing = []
     for d, _, files in os.walk(path):
         for f in files:
             if f == "ballast":
                 continue
             with contextlib.suppress(FileNotFoundError):
-                total += os.stat(os.path.join(d, f)).st_blocks * 512
-    return total
+                st = os.stat(os.path.join(d, f))
+                blocks = st.st_blocks * 512
+                disk += blocks
+                listing.append(f"{f} {st.st_size} {blocks}")
+                if f.endswith(".shard"):
+                    shard += st.st_size
+                elif f.endswith(".tmp") and f.split(".")[1] != "meta":
+                    shard += max(st.st_size, blocks)
+    return shard, disk, listing
 
 
 def launch(args, work, attempt, world, env):
@@ -416,6 +428,7 @@ def run(args, rng, work, env, faults, enospc):
     deadline = t_start + args.minutes * 60
     worlds = [4, 2]
     attempt, kills, preemptions, cache_max = 0, [], 0, {0: 0, 1: 0}
+    disk_max = {0: 0, 1: 0}
     faults_started = False
     hang = None
     log, steps, last_step_t = EventLog(out), [], time.monotonic()
@@ -429,7 +442,12 @@ def run(args, rng, work, env, faults, enospc):
             time.sleep(0.5)
             now = time.monotonic()
             for n in (0, 1):
-                cache_max[n] = max(cache_max[n], dir_bytes(os.path.join(work, "cache", f"node{n}")))
+                shard, disk, listing = cache_usage(os.path.join(work, "cache", f"node{n}"))
+                disk_max[n] = max(disk_max[n], disk)
+                if shard > cache_max[n]:
+                    cache_max[n] = shard
+                    with open(os.path.join(work, "logs", f"cache-max-node{n}.txt"), "w") as f:
+                        f.write(f"shard bytes {shard}, disk bytes {disk}\n" + "\n".join(listing) + "\n")
             added = [e for e in log.new() if e["kind"] == "step"]
             if added:
                 steps += added
@@ -481,7 +499,8 @@ def run(args, rng, work, env, faults, enospc):
             break
         attempt += 1
     return {"attempts": attempt + 1, "kills": kills, "preemptions": preemptions,
-            "hang": hang, "cache_max": cache_max, "cache_limit": args.cache_limit,
+            "hang": hang, "cache_max": cache_max, "cache_disk_max": disk_max,
+            "cache_limit": args.cache_limit,
             "wall_s": round(time.monotonic() - t_start, 1), "enospc": enospc.available}
 
 
@@ -531,11 +550,12 @@ def verify(work, expected, args):
         per_epoch[ep] = {"documents": sum(seen.values()), "lost": lo, "repeated": rep}
         lost += lo
         repeated += rep
-    # Descriptors, threads, RSS at each checkpoint, per process.
+    # Descriptors, threads, RSS at each checkpoint, per process: a process is its pid within
+    # one life of the job, since a 30-minute run starts enough processes for pids to recur.
     by_pid = collections.defaultdict(list)
     for e in events:
         if e["kind"] == "ckpt":
-            by_pid[e["pid"]].append(e)
+            by_pid[(e["pid"], e["attempt"], e.get("restart", 0))].append(e)
     # A leak is growth that stays: the least of a process's last 3 checkpoints above the
     # most of its 2nd to 4th by more than 2 (one checkpoint may meet an epoch's new
     # DataLoader workers starting while the old ones' pipes close).
@@ -642,7 +662,8 @@ def print_report(r):
           f"start-up of every life {r['startup_s']} s, {r['steps_rolled_back']} rank-steps rolled "
           f"back by kills, and waits for data under the faults, epoch starts, checkpoints")
     print(f"  longest wait for a batch: {r['max_wait_s']:.2f} s")
-    print(f"  cache: max {r.get('cache_max')} bytes per node, limit {limit}")
+    print(f"  cache: max {r.get('cache_max')} shard bytes per node, limit {limit}; on disk with "
+          f"metadata and locks at most {r.get('cache_disk_max')}")
     print(f"  rank processes: RSS max {r['rss_max_mib']} MiB; slope within processes "
           f"{r['rss_slope_mib_per_hour']} MiB/hour, after their first {WARM_S} s "
           f"{r['rss_slope_after_warmup']}; leaks: {r['leaks'] or 'none'}")

@@ -1,8 +1,8 @@
 """One rank of the soak (tests/soak/soak.py starts it under torchrun): DDP over
 gloo, two token data sets mixed by weight and packed (a web set over HTTP, a
 code set on S3, both through fault proxies), node_local with a small node
-cache, error_policy="skip_shard", a StatefulDataLoader with 2 worker processes,
-and a shardstream.dcp checkpoint of model, optimizer and every rank's data
+cache, error_policy="skip_shard", a StatefulDataLoader with 2 worker processes
+(forkserver: see main), and a shardstream.dcp checkpoint of model, optimizer and every rank's data
 position every --ckpt-every steps. Resumes from the newest intact checkpoint,
 on whatever world size it is started with.
 
@@ -15,6 +15,7 @@ exactly once, and to kill ranks at random steps.
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import time
@@ -78,6 +79,14 @@ def main() -> None:
     ap.add_argument("--step-sleep", type=float, default=0.0, help="a training step's extra time")
     ap.add_argument("--stop-file", default="", help="end the job at the epoch's end once it exists")
     args = ap.parse_args()
+    # Workers come from a forkserver, not a fork of this process. gloo's worker threads take the
+    # GIL to drop a Python tensor after a collective, making a thread state each time; on Python
+    # 3.11.7 a fork at that instant leaves the child stuck for ever in its own fork, on the
+    # interpreter's thread-list lock (CPython gh-112275). A 30-minute run met it once (a worker
+    # hung at popen_fork.py:66, its rank waiting for a batch). The forkserver is started by
+    # fork+exec and imports these once, so a worker still starts in milliseconds.
+    multiprocessing.set_forkserver_preload(["torch", "torchdata.stateful_dataloader",
+                                            "shardstream.torch"])
 
     # A store prefix of its own for each torchrun restart: without it restarted ranks often
     # failed or waited in init_process_group, meeting the round before's addresses
@@ -148,7 +157,7 @@ def main() -> None:
             ds.set_epoch(epoch)
         mid_epoch = False
         dl = StatefulDataLoader(ds, batch_size=None, num_workers=args.workers,
-                                collate_fn=passthrough, multiprocessing_context="fork")
+                                collate_fn=passthrough, multiprocessing_context="forkserver")
         it = iter(dl)
         while True:
             t0 = time.monotonic()
@@ -191,6 +200,11 @@ def main() -> None:
     note(kind="end", step=step, fds=fds(), threads=threads(), rss=rss_mib())
     sdcp.close_all()
     dist.destroy_process_group()
+    log.close()
+    # Not a normal exit: the model's DDP reducer holds the gloo group, whose destructor joins
+    # gloo's threads with the GIL held, and a thread still dropping the last collective's tensor
+    # waits for the GIL: the rank never exits (seen with gloo's threads slowed).
+    os._exit(0)
 
 
 if __name__ == "__main__":
