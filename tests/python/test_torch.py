@@ -214,7 +214,12 @@ assert keys(dl) == want
 assert ds.dataloader(num_workers=2, multiprocessing_context="spawn") \
     .multiprocessing_context.get_start_method() == "spawn"  # a given context stays
 records = []
-logging.getLogger("shardstream").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: records.append(r.getMessage())})())
+
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record.getMessage())
+
+logging.getLogger("shardstream").addHandler(Keep())
 unpicklable = ShardDataset(manifest, fields=["cls"], batch_size=10, seed=3, map=lambda s: s)
 assert unpicklable.dataloader(num_workers=2).multiprocessing_context is None
 assert any("does not pickle" in m for m in records), records

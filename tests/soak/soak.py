@@ -447,7 +447,8 @@ def run(args, rng, work, env, faults, enospc):
                 if shard > cache_max[n]:
                     cache_max[n] = shard
                     with open(os.path.join(work, "logs", f"cache-max-node{n}.txt"), "w") as f:
-                        f.write(f"shard bytes {shard}, disk bytes {disk}\n" + "\n".join(listing) + "\n")
+                        f.write(f"shard bytes {shard}, disk bytes {disk}\n")
+                        f.write("\n".join(listing) + "\n")
             added = [e for e in log.new() if e["kind"] == "step"]
             if added:
                 steps += added

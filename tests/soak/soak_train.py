@@ -84,7 +84,8 @@ def main() -> None:
     # 3.11.7 a fork at that instant leaves the child stuck for ever in its own fork, on the
     # interpreter's thread-list lock (CPython gh-112275). A 30-minute run met it once (a worker
     # hung at popen_fork.py:66, its rank waiting for a batch). The forkserver is started by
-    # fork+exec and imports these once: 0.19 s to an epoch's first batch, not 0.03 s (docs/python.md).
+    # fork+exec and imports these once: 0.19 s to an epoch's first batch, not 0.03 s
+    # (docs/python.md).
     multiprocessing.set_forkserver_preload(["torch", "torchdata.stateful_dataloader",
                                             "shardstream.torch"])
 

@@ -605,7 +605,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
     def _worker_context(self) -> Optional[str]:
         try:
             pickle.dumps(self)
-        except Exception as e:  # noqa: BLE001 - any failure to pickle means a forkserver cannot start it
+        except Exception as e:  # noqa: BLE001 - whatever fails to pickle, a forkserver cannot start
             logging.getLogger("shardstream").warning(
                 "dataloader: workers are forked, not started from a forkserver, because the data "
                 "set does not pickle (%s); under torch.distributed a fork can hang in the child "
