@@ -2,9 +2,9 @@
 gloo, two token data sets mixed by weight and packed (a web set over HTTP, a
 code set on S3, both through fault proxies), node_local with a small node
 cache, error_policy="skip_shard", a StatefulDataLoader with 2 worker processes
-(forkserver: see main), and a shardstream.dcp checkpoint of model, optimizer and every rank's data
-position every --ckpt-every steps. Resumes from the newest intact checkpoint,
-on whatever world size it is started with.
+(forkserver: see main), and a shardstream.dcp checkpoint of model, optimizer
+and every rank's data position every --ckpt-every steps. Resumes from the
+newest intact checkpoint, on whatever world size it is started with.
 
 It appends one JSON line per event to --out/rank<R>.jsonl (flushed, so a
 SIGKILL loses nothing written): {"start"}, {"resumed"}, a {"step"} with the
