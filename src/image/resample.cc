@@ -7,8 +7,12 @@
 // integer sums, so SIMD and scalar machines give the same pixels. The
 // vertical pass goes first, so the horizontal one (three interleaved
 // channels: the costlier) runs on output rows only; the order changes a
-// result by rounding alone.
+// result by rounding alone. An enlarging row (every window two taps or
+// fewer, as when a small image's crop grows to the output) takes the
+// grouped pass: four output pixels' twelve sums from one 16-byte load, by
+// byte shuffles and weights laid out once per image.
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -26,6 +30,8 @@ constexpr int kPrecision = 14;
 constexpr int32_t kHalf = int32_t{1} << (kPrecision - 1);
 // Rows of the vertical pass's output carry this much slack beyond 3 x taps
 // bytes, so that the horizontal pass may load past a row's last pixel.
+// What it loads there meets only zero weights or zeroing shuffles, and is
+// never uninitialised (the buffer is a vector): the slack is not cleared.
 constexpr size_t kRowSlack = 16;
 
 struct Coeffs {
@@ -74,11 +80,18 @@ void Precompute(double b0, double b1, int lo, int hi, int out, Coeffs* c) {
       n = 1;
       w[0] = sum = 1.0;
     }
-    c->start[static_cast<size_t>(xx)] = xmin;
-    c->count[static_cast<size_t>(xx)] = n;
     int16_t* k = &c->k[static_cast<size_t>(xx) * static_cast<size_t>(c->taps)];
     for (int x = 0; x < n; ++x)
       k[x] = static_cast<int16_t>(0.5 + w[static_cast<size_t>(x)] / sum * (1 << kPrecision));
+    // Weights that round to zero add nothing to any sum: dropped from the
+    // window's ends, an enlarging window is two taps, not three.
+    int first = 0, last = n;
+    while (first + 1 < last && k[first] == 0) ++first;
+    while (last - 1 > first && k[last - 1] == 0) --last;
+    c->start[static_cast<size_t>(xx)] = xmin + first;
+    c->count[static_cast<size_t>(xx)] = last - first;
+    if (first > 0) std::memmove(k, k + first, sizeof(int16_t) * static_cast<size_t>(last - first));
+    std::fill(k + (last - first), k + n, int16_t{0});
   }
 }
 
@@ -96,6 +109,18 @@ inline __attribute__((always_inline)) void VerticalRowBody(const uint8_t* src, s
                                                            int first, int n, const int16_t* k,
                                                            size_t row_bytes, int32_t* acc,
                                                            uint8_t* out) {
+  if (n <= 2) {  // an enlarging window: one pass, no accumulator row
+    const uint8_t* a = src + static_cast<size_t>(first) * stride;
+    const int32_t k0 = k[0];
+    if (n == 1) {
+      for (size_t i = 0; i < row_bytes; ++i) out[i] = Clip8(kHalf + a[i] * k0);
+      return;
+    }
+    const uint8_t* b = a + stride;
+    const int32_t k1 = k[1];
+    for (size_t i = 0; i < row_bytes; ++i) out[i] = Clip8(kHalf + a[i] * k0 + b[i] * k1);
+    return;
+  }
   for (size_t i = 0; i < row_bytes; ++i) acc[i] = kHalf;
   for (int t = 0; t < n; ++t) {
     const uint8_t* in = src + static_cast<size_t>(first + t) * stride;
@@ -111,11 +136,41 @@ void VerticalRow(const uint8_t* src, size_t stride, int first, int n, const int1
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+// (kHalf + a * k0 + b * k1) >> 14 for eight (a, b) int16 pairs.
+__attribute__((target("avx2"))) inline __m256i PairSum(__m256i w, __m256i half, __m256i pairs) {
+  return _mm256_srai_epi32(_mm256_add_epi32(_mm256_madd_epi16(pairs, w), half), kPrecision);
+}
+
 __attribute__((target("avx2"))) void VerticalRowAvx2(const uint8_t* src, size_t stride,
                                                      int first, int n, const int16_t* k,
                                                      size_t row_bytes, int32_t* acc,
                                                      uint8_t* out) {
-  VerticalRowBody(src, stride, first, n, k, row_bytes, acc, out);
+  if (n > 2) {
+    VerticalRowBody(src, stride, first, n, k, row_bytes, acc, out);
+    return;
+  }
+  // Two taps (an enlarging window), by hand: the rows' bytes paired as
+  // int16, one pmaddwd per pair, where the compiler's version widens to
+  // int32 and multiplies each row alone. One tap is two with a zero weight.
+  const uint8_t* a = src + static_cast<size_t>(first) * stride;
+  const uint8_t* b = n == 2 ? a + stride : a;
+  const int32_t k0 = k[0], k1 = n == 2 ? k[1] : 0;
+  const __m256i w = _mm256_set1_epi32(static_cast<int32_t>(
+      static_cast<uint32_t>(static_cast<uint16_t>(k1)) << 16 | static_cast<uint16_t>(k0)));
+  const __m256i half = _mm256_set1_epi32(kHalf), zero = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 32 <= row_bytes; i += 32) {
+    const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
+    const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
+    const __m256i alo = _mm256_unpacklo_epi8(va, zero), ahi = _mm256_unpackhi_epi8(va, zero);
+    const __m256i blo = _mm256_unpacklo_epi8(vb, zero), bhi = _mm256_unpackhi_epi8(vb, zero);
+    const __m256i lo = _mm256_packs_epi32(PairSum(w, half, _mm256_unpacklo_epi16(alo, blo)),
+                                          PairSum(w, half, _mm256_unpackhi_epi16(alo, blo)));
+    const __m256i hi = _mm256_packs_epi32(PairSum(w, half, _mm256_unpacklo_epi16(ahi, bhi)),
+                                          PairSum(w, half, _mm256_unpackhi_epi16(ahi, bhi)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_packus_epi16(lo, hi));
+  }
+  for (; i < row_bytes; ++i) out[i] = Clip8(kHalf + a[i] * k0 + b[i] * k1);
 }
 #endif
 
@@ -238,6 +293,164 @@ __attribute__((target("avx2"))) void HorizontalRowAvx2(const uint8_t* row, Weigh
           PixelScalar(row, h, cx0, flip ? out_width - 1 - i : i));
 }
 
+// The grouped horizontal pass. Output pixels go in groups of four, two
+// groups to a block (a 256-bit register's two lanes). A group's sources
+// lie within 16 bytes of the row from base[group]; per block, three byte
+// shuffles (32 bytes each: a lane per group) pick each sum's two source
+// bytes as int16 pairs, in the order the layout stores (HWC: R0 G0 B0 R1 |
+// G1 B1 R2 G2 | B2 R3 G3 B3; CHW: R0..R3 | G0..G3 | B0..B3), and three
+// weight vectors hold each pair's two weights. A flip is only another
+// order of the sources. Pixels past the row's end have zero weights.
+struct Groups {
+  int groups = 0;
+  std::vector<int32_t> base;
+  std::vector<uint8_t> shuffle;  // per block: 3 x 32 bytes
+  std::vector<int16_t> weight;   // per block: 3 x 16 int16
+};
+
+// Lays the groups out for one image's rows; false when a window has more
+// than two taps or a group's sources span more than 16 bytes (a shrinking
+// row: the per-pixel pass then runs).
+bool BuildGroups(const Weights& h, int cx0, int out_width, bool flip, ImageLayout layout,
+                 Groups* g) {
+  for (int xx = 0; xx < out_width; ++xx)
+    if (h.count[xx] > 2) return false;
+  g->groups = (out_width + 3) / 4;
+  const size_t blocks = static_cast<size_t>(g->groups + 1) / 2;
+  g->base.assign(blocks * 2, 0);
+  g->shuffle.assign(blocks * 96, 0x80);  // 0x80: a zero byte
+  g->weight.assign(blocks * 48, 0);
+  for (int grp = 0; grp < g->groups; ++grp) {
+    const int n = std::min(4, out_width - grp * 4);
+    int xs[4];
+    int lo = INT32_MAX;
+    for (int j = 0; j < n; ++j) {
+      const int i = grp * 4 + j;
+      xs[j] = flip ? out_width - 1 - i : i;
+      lo = std::min(lo, h.start[xs[j]]);
+    }
+    g->base[static_cast<size_t>(grp)] = (lo - cx0) * 3;
+    const size_t block = static_cast<size_t>(grp) / 2, lane = static_cast<size_t>(grp) % 2;
+    for (int j = 0; j < n; ++j) {
+      const int taps = h.count[xs[j]];
+      const int off = (h.start[xs[j]] - lo) * 3;
+      if (off + 3 * (taps - 1) + 2 > 15) return false;
+      const int16_t* k = h.k + static_cast<size_t>(xs[j]) * static_cast<size_t>(h.taps);
+      for (int c = 0; c < 3; ++c) {
+        const int q = layout == ImageLayout::kHWC ? j * 3 + c : c * 4 + j;
+        const size_t v = static_cast<size_t>(q / 4), slot = static_cast<size_t>(q % 4);
+        uint8_t* m = &g->shuffle[block * 96 + v * 32 + lane * 16 + slot * 4];
+        m[0] = static_cast<uint8_t>(off + c);
+        if (taps == 2) m[2] = static_cast<uint8_t>(off + 3 + c);
+        int16_t* w = &g->weight[block * 48 + v * 16 + lane * 8 + slot * 2];
+        w[0] = k[0];
+        w[1] = taps == 2 ? k[1] : 0;
+      }
+    }
+  }
+  return true;
+}
+
+// Stores a group's 12 bytes (R G B of 4 pixels, or 4 of each plane), only
+// the first `n` pixels' where the row ends within it.
+inline void StoreGroup(const uint8_t* bytes, ImageLayout layout, size_t plane, size_t out_row,
+                       int grp, int n, uint8_t* out) {
+  const size_t at = out_row + static_cast<size_t>(grp) * 4;
+  if (n == 4) {  // constant sizes: inlined moves, not calls
+    if (layout == ImageLayout::kHWC) {
+      std::memcpy(out + at * 3, bytes, 12);
+    } else {
+      std::memcpy(out + at, bytes, 4);
+      std::memcpy(out + plane + at, bytes + 4, 4);
+      std::memcpy(out + 2 * plane + at, bytes + 8, 4);
+    }
+    return;
+  }
+  if (layout == ImageLayout::kHWC) {
+    std::memcpy(out + at * 3, bytes, static_cast<size_t>(n) * 3);
+  } else {
+    std::memcpy(out + at, bytes, static_cast<size_t>(n));
+    std::memcpy(out + plane + at, bytes + 4, static_cast<size_t>(n));
+    std::memcpy(out + 2 * plane + at, bytes + 8, static_cast<size_t>(n));
+  }
+}
+
+__attribute__((target("ssse3"))) void GroupedRowSsse3(const uint8_t* row, const Groups& g,
+                                                      int out_width, ImageLayout layout,
+                                                      size_t plane, size_t out_row,
+                                                      uint8_t* out) {
+  const __m128i half = _mm_set1_epi32(kHalf);
+  for (int grp = 0; grp < g.groups; ++grp) {
+    const size_t block = static_cast<size_t>(grp) / 2, lane = static_cast<size_t>(grp) % 2;
+    const __m128i src = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(row + g.base[static_cast<size_t>(grp)]));
+    __m128i sum[3];
+    for (size_t v = 0; v < 3; ++v) {
+      const __m128i m = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(&g.shuffle[block * 96 + v * 32 + lane * 16]));
+      const __m128i w = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(&g.weight[block * 48 + v * 16 + lane * 8]));
+      sum[v] = _mm_srai_epi32(_mm_add_epi32(_mm_madd_epi16(_mm_shuffle_epi8(src, m), w), half),
+                              kPrecision);
+    }
+    alignas(16) uint8_t bytes[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(bytes),
+                    _mm_packus_epi16(_mm_packs_epi32(sum[0], sum[1]),
+                                     _mm_packs_epi32(sum[2], sum[2])));
+    StoreGroup(bytes, layout, plane, out_row, grp, std::min(4, out_width - grp * 4), out);
+  }
+}
+
+__attribute__((target("avx2"))) void GroupedRowAvx2(const uint8_t* row, const Groups& g,
+                                                    int out_width, ImageLayout layout,
+                                                    size_t plane, size_t out_row, uint8_t* out) {
+  const __m256i half = _mm256_set1_epi32(kHalf);
+  for (int grp = 0; grp < g.groups; grp += 2) {
+    const size_t block = static_cast<size_t>(grp) / 2;
+    const __m128i a = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(row + g.base[static_cast<size_t>(grp)]));
+    const __m128i b = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(row + g.base[static_cast<size_t>(grp) + 1]));
+    const __m256i src = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+    __m256i sum[3];
+    for (size_t v = 0; v < 3; ++v) {
+      const __m256i m = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(&g.shuffle[block * 96 + v * 32]));
+      const __m256i w = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(&g.weight[block * 48 + v * 16]));
+      sum[v] = _mm256_srai_epi32(
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_shuffle_epi8(src, m), w), half), kPrecision);
+    }
+    const __m256i packed = _mm256_packus_epi16(_mm256_packs_epi32(sum[0], sum[1]),
+                                               _mm256_packs_epi32(sum[2], sum[2]));
+    if ((grp + 2) * 4 <= out_width) {  // eight whole pixels: stored from registers
+      const size_t at = out_row + static_cast<size_t>(grp) * 4;
+      if (layout == ImageLayout::kHWC) {  // the lanes' 12 bytes each, made contiguous
+        const __m256i rgb =
+            _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + at * 3), _mm256_castsi256_si128(rgb));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + at * 3 + 16),
+                         _mm256_extracti128_si256(rgb, 1));
+      } else {  // R0..R7, G0..G7, B0..B7
+        const __m256i planes =
+            _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        const __m128i rg = _mm256_castsi256_si128(planes);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + at), rg);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + plane + at), _mm_unpackhi_epi64(rg, rg));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 2 * plane + at),
+                         _mm256_extracti128_si256(planes, 1));
+      }
+      continue;
+    }
+    alignas(32) uint8_t bytes[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), packed);
+    StoreGroup(bytes, layout, plane, out_row, grp, std::min(4, out_width - grp * 4), out);
+    if (grp + 1 < g.groups)
+      StoreGroup(bytes + 16, layout, plane, out_row, grp + 1,
+                 std::min(4, out_width - (grp + 1) * 4), out);
+  }
+}
+
 bool HaveSsse3() {
   static const bool have = __builtin_cpu_supports("ssse3");
   return have;
@@ -250,6 +463,7 @@ bool HaveAvx2() {
 
 struct Scratch {
   Coeffs h, v;
+  Groups groups;
   std::vector<int32_t> acc;
   std::vector<uint8_t> rows;
 };
@@ -258,15 +472,26 @@ struct Scratch {
 
 namespace {
 std::atomic<int> g_simd{2};
+std::atomic<int64_t> g_grouped_rows{0};
 }  // namespace
 
 void SetResampleSimd(int level) { g_simd.store(level); }
+int64_t GroupedResampleRows() { return g_grouped_rows.load(); }
 
-void Resample(const Region& region, int out_width, int out_height, bool flip, ImageLayout layout,
-              uint8_t* out) {
+namespace {
+
+// The thread's scratch comes in as an argument: the compiler would look a
+// thread_local's address up again (a call, in a shared library) in every
+// row loop, and, given the chance, propagates the argument back in.
+#if defined(__GNUC__) && !defined(__clang__)
+#define SHARDSTREAM_OPAQUE __attribute__((noipa))
+#else
+#define SHARDSTREAM_OPAQUE __attribute__((noinline))
+#endif
+SHARDSTREAM_OPAQUE void ResampleWith(Scratch& s, const Region& region, int out_width,
+                                            int out_height, bool flip, ImageLayout layout,
+                                            uint8_t* out) {
   const int simd_level = g_simd.load(std::memory_order_relaxed);
-  thread_local Scratch tls;
-  Scratch& s = tls;  // one lookup of the thread's scratch, not one per use
   const int cx0 = region.clip_x0, cw = region.clip_x1 - region.clip_x0;
   Precompute(region.box.x0, region.box.x1, region.clip_x0, region.clip_x1, out_width, &s.h);
   Precompute(region.box.y0, region.box.y1, region.clip_y0, region.clip_y1, out_height, &s.v);
@@ -286,10 +511,26 @@ void Resample(const Region& region, int out_width, int out_height, bool flip, Im
     vertical(src, stride, s.v.start[static_cast<size_t>(yy)], s.v.count[static_cast<size_t>(yy)],
              &s.v.k[static_cast<size_t>(yy) * static_cast<size_t>(s.v.taps)], row_bytes,
              s.acc.data(), row);
-    std::memset(row + row_bytes, 0, slack);
   }
   const size_t plane = static_cast<size_t>(out_width) * static_cast<size_t>(out_height);
   const Weights h = View(s.h);
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (HaveSsse3() && simd_level >= 1 &&
+      BuildGroups(h, cx0, out_width, flip, layout, &s.groups)) {
+    const bool avx2 = HaveAvx2() && simd_level >= 2;
+    for (int yy = 0; yy < out_height; ++yy) {
+      const uint8_t* row = &s.rows[static_cast<size_t>(yy) * row_stride];
+      const size_t out_row = static_cast<size_t>(yy) * static_cast<size_t>(out_width);
+      if (avx2) {
+        GroupedRowAvx2(row, s.groups, out_width, layout, plane, out_row, out);
+      } else {
+        GroupedRowSsse3(row, s.groups, out_width, layout, plane, out_row, out);
+      }
+    }
+    g_grouped_rows.fetch_add(out_height, std::memory_order_relaxed);
+    return;
+  }
+#endif
   for (int yy = 0; yy < out_height; ++yy) {
     const uint8_t* row = &s.rows[static_cast<size_t>(yy) * row_stride];
     const size_t out_row = static_cast<size_t>(yy) * static_cast<size_t>(out_width);
@@ -305,6 +546,14 @@ void Resample(const Region& region, int out_width, int out_height, bool flip, Im
 #endif
     HorizontalRowScalar(row, h, cx0, out_width, flip, layout, plane, out_row, out);
   }
+}
+
+}  // namespace
+
+void Resample(const Region& region, int out_width, int out_height, bool flip, ImageLayout layout,
+              uint8_t* out) {
+  thread_local Scratch tls;
+  ResampleWith(tls, region, out_width, out_height, flip, layout, out);
 }
 
 std::vector<uint8_t>& ScratchRegion() {

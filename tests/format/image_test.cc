@@ -343,6 +343,78 @@ TEST(ImageTest, EverySimdLevelGivesTheSamePixels) {
   internal::SetResampleSimd(2);
 }
 
+TEST(ImageTest, ResampleLevelsAgreeOnEnlargingShrinkingAndMixedRows) {
+  // Random pixels resampled straight (no decoder), from boxes that enlarge,
+  // shrink or do both, with fractional edges, clipped windows, flips, both
+  // layouts and output widths on and off the grouped pass's blocks of 4
+  // and 8 pixels: AVX2, SSSE3 (the grouped pass where rows enlarge) and
+  // plain C give the same bytes, and enlarging rows do take the grouped pass.
+  std::vector<uint8_t> pixels(97 * 83 * 3);
+  uint64_t x = 88172645463325252ULL;
+  for (uint8_t& p : pixels) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    p = static_cast<uint8_t>(x >> 32);
+  }
+  internal::Region region;
+  region.pixels = &pixels;
+  region.width = 97;
+  region.height = 83;
+  struct Case {
+    double x0, y0, x1, y1;
+    int clip_x0, clip_y0, clip_x1, clip_y1;
+  };
+  const Case cases[] = {
+      {0, 0, 97, 83, 0, 0, 97, 83},              // the whole image
+      {10.25, 5.5, 41.75, 30.2, 10, 5, 42, 31},  // a small crop: enlarged
+      {0.4, 0.6, 20.1, 82.9, 0, 0, 21, 83},      // narrow and tall
+      {3, 2, 95, 12, 3, 2, 95, 12},              // wide and short
+      {50, 40, 51, 41, 50, 40, 51, 41},          // one pixel
+      {96.5, 0, 97, 83, 96, 0, 97, 83},          // the last column, half a pixel
+  };
+  std::vector<uint8_t> out, first;
+  for (const Case& c : cases) {
+    region.box = {c.x0, c.y0, c.x1, c.y1};
+    region.clip_x0 = c.clip_x0, region.clip_y0 = c.clip_y0;
+    region.clip_x1 = c.clip_x1, region.clip_y1 = c.clip_y1;
+    for (int w : {1, 3, 4, 5, 8, 9, 31, 64, 67, 224}) {
+      for (int h : {1, 7, 40}) {
+        for (bool flip : {false, true}) {
+          for (ImageLayout layout : {ImageLayout::kHWC, ImageLayout::kCHW}) {
+            out.assign(static_cast<size_t>(w) * static_cast<size_t>(h) * 3 + 64, 0xA5);
+            for (int level : {2, 1, 0}) {
+              internal::SetResampleSimd(level);
+              std::fill(out.begin(), out.end(), 0xA5);
+              const int64_t grouped = internal::GroupedResampleRows();
+              internal::Resample(region, w, h, flip, layout, out.data());
+              const bool took = internal::GroupedResampleRows() > grouped;
+              const std::string at = "box " + std::to_string(c.x0) + "," + std::to_string(c.y0) +
+                                     " out " + std::to_string(w) + "x" + std::to_string(h) +
+                                     " flip " + std::to_string(flip) + " layout " +
+                                     std::to_string(static_cast<int>(layout)) + " level " +
+                                     std::to_string(level);
+              // Nothing written past the output.
+              for (size_t i = out.size() - 64; i < out.size(); ++i) ASSERT_EQ(out[i], 0xA5) << at;
+              if (level == 2) first = out;
+              ASSERT_EQ(out, first) << at;
+              // Between 1x and 1.5x a window's third weight may round to
+              // zero: either pass may run there.
+              const double scale = (c.x1 - c.x0) / w;
+              if (level == 0 || !__builtin_cpu_supports("ssse3")) {
+                EXPECT_FALSE(took) << at;
+              } else if (scale <= 1) {
+                EXPECT_TRUE(took) << at;
+              } else if (scale >= 1.5) {
+                EXPECT_FALSE(took) << at;  // windows wider than two taps
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  internal::SetResampleSimd(2);
+}
+
 TEST(ImageTest, ABoxWithoutAWholePixelIsAnErrorNotARead) {
   std::vector<uint8_t> px;
   ImageSpec spec;
