@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "memory/stream_copy.h"
 #include "format/decode_error.h"
 #include "shardstream/image.h"
 
@@ -210,7 +211,7 @@ Status SampleBatcher::Add(const RowInput& row) {
       char* dst = w.column(i) + static_cast<size_t>(r) * c.row_bytes;
       if (c.row_bytes == 0) continue;
       if (row.fields[i].present) {
-        std::memcpy(dst, decoded_[i].bytes().data(), c.row_bytes);
+        StreamCopy(dst, decoded_[i].bytes().data(), c.row_bytes);
       } else {
         std::memset(dst, 0, c.row_bytes);
       }
