@@ -193,14 +193,18 @@ void DirectReads::AddValues(const DirectDoc& doc, uint64_t from, char* dst, size
 }
 
 void DirectReads::Plan() {
-  // By shard, each in file order. The pieces come in by shard already, and
-  // a shard's are in file order unless a shuffle buffer mixed its
-  // documents: most batches need no sort.
+  // By shard, each read shard's in file order (so reads merge). The pieces
+  // come in by shard already, and a shard's are in file order unless a
+  // shuffle buffer mixed its documents: most batches need no sort. A
+  // mapped shard's are copied as they come: nothing to merge, and the
+  // batch is then written in order.
   auto by_offset = [](const Piece& a, const Piece& b) { return a.offset < b.offset; };
   jobs_.clear();
   for (size_t slot = 0; slot < keep_.size(); ++slot) {
     std::vector<Piece>& v = pieces_[slot];
-    if (!std::is_sorted(v.begin(), v.end(), by_offset)) std::sort(v.begin(), v.end(), by_offset);
+    const bool reads = keep_[slot]->view.data == nullptr;
+    if (reads && !std::is_sorted(v.begin(), v.end(), by_offset))
+      std::sort(v.begin(), v.end(), by_offset);
     uint64_t bytes = 0;
     for (size_t i = 0; i < v.size(); ++i) {
       if (i == 0 || bytes >= kJobBytes) {

@@ -121,7 +121,8 @@ class DirectReads {
   // `bytes` of the document's values, from value byte `from`, to dst.
   void AddValues(const DirectDoc& doc, uint64_t from, char* dst, size_t bytes);
   bool empty() const { return count_ == 0; }
-  // Puts each shard's pieces in file order and cuts them into jobs.
+  // Puts each shard's pieces in file order (a mapped shard's: as placed)
+  // and cuts them into jobs.
   void Plan();
   size_t jobs() const { return jobs_.size(); }
   Status RunJob(size_t j);
