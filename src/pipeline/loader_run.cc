@@ -335,7 +335,6 @@ Status LoaderRun::CheckFirstSampleImages(const Sample& s) const {
 }
 
 Status LoaderRun::Process(LaneItem* item) {
-  if (item->kind == LaneItem::kDirect) return TakeShuffled(*item);  // a shuffled document
   const Sample& s = item->sample;
   RowInput row;
   const int64_t index = s.index - item->index_offset;  // in the epoch's shard
@@ -438,29 +437,53 @@ Status LoaderRun::ShuffleDirect(DirectCursor* c) {
       c->released = at - kResidentStep;
     }
   }
-  LaneItem& d = doc_item_;
-  d.kind = LaneItem::kDirect;
+  Shuffled& d = in_;
   d.shard = c->shard;
   d.index_offset = c->offset;
   d.source = c->source;
-  d.direct.shard = c->doc.shard;
   d.direct.sample = c->doc.sample;
   ++c->doc.sample;
   if (--c->left == 0) {
-    c->doc.shard.reset();
+    d.direct.shard = std::move(c->doc.shard);
     lanes_->DirectDone(c->lane);  // its documents wait in the buffer
+  } else {
+    d.direct.shard = c->doc.shard;
   }
-  if (buffer_->Put(&d, &out_)) return Process(&out_);
+  if (buffer_->Put(&d, &out_)) return LetOut(&out_);
   return Status::OK();
 }
 
-Status LoaderRun::TakeShuffled(const LaneItem& item) {
+Status LoaderRun::ShuffleItem(LaneItem* item) {
+  // Slots run out only with more than capacity + 1 items held, which the
+  // buffer never holds (one more: the item let out, while processed).
+  const uint32_t slot = free_held_.back();
+  free_held_.pop_back();
+  using std::swap;
+  swap(held_[slot], *item);  // the ring slot gets the held storage back
+  in_.direct = DirectDoc{};
+  in_.held = slot;
+  if (buffer_->Put(&in_, &out_)) return LetOut(&out_);
+  return Status::OK();
+}
+
+Status LoaderRun::LetOut(Shuffled* e) {
+  if (e->direct.valid()) return TakeShuffled(e);
+  const uint32_t slot = e->held;
+  Status st = Process(&held_[slot]);
+  free_held_.push_back(slot);
+  return st;
+}
+
+Status LoaderRun::TakeShuffled(Shuffled* e) {
   DirectCursor& c = shuffled_;
-  if (c.taken > 0 && c.source != item.source) FlushDirect(&c);
-  c.source = item.source;
-  c.shard = item.shard;
-  c.offset = item.index_offset;
-  c.doc = item.direct;
+  if (c.taken > 0 && c.source != e->source) FlushDirect(&c);
+  c.source = e->source;
+  c.shard = e->shard;
+  c.offset = e->index_offset;
+  c.doc.sample = e->direct.sample;
+  // Moved: a reference count taken and given back per document is a cache
+  // line the workers pass around.
+  if (c.doc.shard != e->direct.shard) c.doc.shard = std::move(e->direct.shard);
   return PlaceDirect(&c);
 }
 
@@ -521,10 +544,16 @@ Status LoaderRun::Advance(int* want) {
     const uint64_t seed = Mix(Mix(opt_.seed, static_cast<uint64_t>(config_.epoch)), consumer);
     pick_.Seed(seed, kInterleaveStream);
     shuffle_ = opt_.shuffle_buffer > 1;
-    buffer_ = std::make_unique<ShuffleBuffer<LaneItem>>(
-        shuffle_ ? static_cast<size_t>(opt_.shuffle_buffer) : 1,
+    const size_t capacity = shuffle_ ? static_cast<size_t>(opt_.shuffle_buffer) : 1;
+    buffer_ = std::make_unique<ShuffleBuffer<Shuffled>>(
+        capacity,
         static_cast<size_t>(opt_.shuffle_initial < 0 ? opt_.shuffle_buffer : opt_.shuffle_initial),
         seed, kShuffleStream);
+    if (shuffle_) {
+      held_.resize(capacity + 1);
+      free_held_.resize(capacity + 1);
+      for (size_t i = 0; i <= capacity; ++i) free_held_[i] = static_cast<uint32_t>(capacity - i);
+    }
   }
   const bool in_order = opt_.mode == LoaderMode::kEval;
   while (!stop_.load() && !draining_) {
@@ -594,15 +623,15 @@ Status LoaderRun::Advance(int* want) {
       SHARDSTREAM_RETURN_IF_ERROR(shuffle_ ? ShuffleDirect(&cur) : TakeDirect(&cur));
     } else if (!shuffle_) {
       SHARDSTREAM_RETURN_IF_ERROR(Process(item));  // in place: no swaps
-    } else if (buffer_->Put(item, &out_)) {
-      SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));
+    } else {
+      SHARDSTREAM_RETURN_IF_ERROR(ShuffleItem(item));
     }
     // Relaxed: a seq_cst store is a full fence that waits for every store
     // the batcher just made.
     counters_->shuffle_fill.store(static_cast<int64_t>(buffer_->size()), std::memory_order_relaxed);
   }
   while (!stop_.load() && buffer_->Drain(&out_)) {
-    SHARDSTREAM_RETURN_IF_ERROR(Process(&out_));
+    SHARDSTREAM_RETURN_IF_ERROR(LetOut(&out_));
     counters_->shuffle_fill.store(static_cast<int64_t>(buffer_->size()), std::memory_order_relaxed);
   }
   FlushDirect(&shuffled_);

@@ -108,13 +108,26 @@ class LoaderRun {
     uint64_t bytes = 0, taken = 0;  // not yet counted
     uint64_t released = 0;  // of a mapped shard, the bytes before this left RSS
   };
+  // What the shuffle buffer holds (a document goes through three swaps, so
+  // 48 bytes, not a LaneItem): a document read directly, or the slot in
+  // held_ of an item read the usual way.
+  struct Shuffled {
+    DirectDoc direct;  // valid(): a document
+    int64_t shard = -1, index_offset = 0;
+    uint32_t held = 0;
+    ByteSource source = ByteSource::kFile;
+  };
   // The cursor's next document: into the batch (TakeDirect), or into the
-  // shuffle buffer as an item (ShuffleDirect), which lets it out later to
+  // shuffle buffer (ShuffleDirect), which lets it out later to
   // TakeShuffled. PlaceDirect hands c->doc to the packer.
   Status TakeDirect(DirectCursor* c);
   Status ShuffleDirect(DirectCursor* c);
-  Status TakeShuffled(const LaneItem& item);
+  Status TakeShuffled(Shuffled* e);
   Status PlaceDirect(DirectCursor* c);
+  // An item read the usual way into the shuffle buffer (swapped into held_).
+  Status ShuffleItem(LaneItem* item);
+  // What the buffer let out, to the batch.
+  Status LetOut(Shuffled* e);
   void FlushDirect(DirectCursor* c);
   static void ReleaseChunks(LaneItem* item);  // once its bytes are placed
   Status Emit(Batch&& b);
@@ -153,10 +166,14 @@ class LoaderRun {
   std::vector<int64_t> weight_;
   std::vector<size_t> ends_seen_;
   Prng pick_;
-  std::unique_ptr<ShuffleBuffer<LaneItem>> buffer_;
+  std::unique_ptr<ShuffleBuffer<Shuffled>> buffer_;
   bool shuffle_ = false;
-  LaneItem out_;  // what the shuffle buffer lets out
-  LaneItem doc_item_;  // a directly read document on its way into the buffer
+  Shuffled in_;   // on its way into the buffer
+  Shuffled out_;  // what the buffer lets out
+  // Items read the usual way while in the buffer (and the one let out,
+  // while it is processed), and the slots free.
+  std::vector<LaneItem> held_;
+  std::vector<uint32_t> free_held_;
   DirectCursor shuffled_;  // counts the shuffled direct documents placed
   std::vector<DirectCursor> direct_;  // per lane
 };

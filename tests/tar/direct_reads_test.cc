@@ -268,11 +268,19 @@ TEST(DirectReadsTest, ShardsWithoutAVersion2IndexAreReadThroughBuffers) {
   auto back = ReadSampleIndex(d.shard_paths[1]);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_FALSE(back->has_fields());
-  LoaderOptions o = TokenOptions(d.manifest);
-  Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
-  ASSERT_TRUE(direct.error.ok()) << direct.error;
-  EXPECT_TRUE(direct.batches == buffered.batches);
-  EXPECT_EQ(direct.direct, 40u);  // shard 2's samples only
+  // Shuffled too: documents read directly and samples read the usual way
+  // share the shuffle buffer, in the order the usual way alone gives.
+  for (int64_t shuffle : {0, 2, 50}) {
+    SCOPED_TRACE("shuffle buffer " + std::to_string(shuffle));
+    LoaderOptions o = TokenOptions(d.manifest);
+    o.shuffle_buffer = shuffle;
+    o.seed = 11;
+    Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
+    ASSERT_TRUE(direct.error.ok()) << direct.error;
+    ASSERT_TRUE(buffered.error.ok()) << buffered.error;
+    EXPECT_TRUE(direct.batches == buffered.batches);
+    EXPECT_EQ(direct.direct, 40u);  // shard 2's samples only
+  }
 }
 
 // Consumers whose ranges start and end inside shards (three ranks, two
@@ -448,12 +456,17 @@ TEST(DirectReadsTest, ARangeGoesOnThroughBuffersFromASampleThatCannotBeReadDirec
   for (uint64_t j = e30.first_field; j < e30.first_field + e30.nfields; ++j)
     if (changed.fields[j].name == "tokens.npy") changed.fields[j].name = "other.npy";
   ASSERT_TRUE(WriteSampleIndex(changed, d.shard_paths[0]).ok());
-  LoaderOptions o = TokenOptions(d.manifest);
-  Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
-  ASSERT_TRUE(direct.error.ok()) << direct.error;
-  ASSERT_TRUE(buffered.error.ok()) << buffered.error;
-  EXPECT_EQ(direct.direct, 30u);
-  EXPECT_TRUE(direct.batches == buffered.batches);
+  for (int64_t shuffle : {0, 40}) {
+    SCOPED_TRACE("shuffle buffer " + std::to_string(shuffle));
+    LoaderOptions o = TokenOptions(d.manifest);
+    o.shuffle_buffer = shuffle;
+    o.seed = 5;
+    Epoch direct = RunEpoch(o, true), buffered = RunEpoch(o, false);
+    ASSERT_TRUE(direct.error.ok()) << direct.error;
+    ASSERT_TRUE(buffered.error.ok()) << buffered.error;
+    EXPECT_EQ(direct.direct, 30u);
+    EXPECT_TRUE(direct.batches == buffered.batches);
+  }
 }
 
 // Another member after each document: the gap before the next document
