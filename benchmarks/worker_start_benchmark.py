@@ -5,8 +5,8 @@ imported torch and shardstream (docs/python.md, "DataLoader settings").
     python benchmarks/worker_start_benchmark.py [--runs 6]
 
 Default options (shuffle on), non-persistent workers, so every epoch starts
-its workers anew; the two start methods run interleaved, each over the test
-suite's small token shards. Reports the median over the runs after the first,
+its workers anew; the two start methods run interleaved, each over eight small
+shards like the test suite's. Reports the median over the runs after the first,
 and the first apart (a forkserver starts then).
 """
 from __future__ import annotations
@@ -15,17 +15,24 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import sys
 import tempfile
 import time
 
+import numpy as np
 from torch.utils.data import DataLoader
 
+import shardstream
 from shardstream.torch import ShardDataset, passthrough
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "python"))
-from conftest import make_shards  # noqa: E402
+
+def make_shards(out_dir: str, nshards: int = 8, per_shard: int = 25, seq: int = 16) -> str:
+    """Eight small shards (the test suite's): samples "s000123" with tokens.npy = int32
+    [seq], cls and txt. The measure is the workers' start, not the data."""
+    with shardstream.ShardWriter(out_dir, max_samples=per_shard) as w:
+        for i in range(nshards * per_shard):
+            w.write({"__key__": f"s{i:06d}", "tokens.npy": np.full(seq, i, dtype=np.int32),
+                     "cls": i % 10, "txt": f"caption {i}"})
+    return os.path.join(out_dir, "manifest.jsonl")
 
 
 def main() -> None:
