@@ -70,17 +70,19 @@ Status CheckPixels(int64_t width, int64_t height, int64_t max_pixels, const Fiel
 // Antialiased bilinear resampling (Pillow's and torchvision's filter) of
 // region's box to out_width x out_height, flipped horizontally if asked,
 // into out (HWC or CHW, uint8). Exported for the tests.
-SHARDSTREAM_EXPORT void Resample(const Region& region, int out_width, int out_height, bool flip, ImageLayout layout,
-              uint8_t* out);
+SHARDSTREAM_EXPORT void Resample(const Region& region, int out_width, int out_height, bool flip,
+                                 ImageLayout layout, uint8_t* out);
 
 // The widest instructions Resample may use (2: AVX2, 1: SSSE3, 0: none;
 // each only where the CPU has it). Every level gives the same pixels: the
 // tests compare them.
 SHARDSTREAM_EXPORT void SetResampleSimd(int level);
 
-// Output rows the grouped (enlarging) horizontal pass has made in this
-// process: tests check that a case takes it.
-SHARDSTREAM_EXPORT int64_t GroupedResampleRows();
+// Whether Resample of region's box to out_width columns takes the grouped
+// (enlarging) horizontal pass at the current level: tests check which
+// cases do.
+SHARDSTREAM_EXPORT bool ResampleIsGrouped(const Region& region, int out_width, bool flip,
+                                          ImageLayout layout);
 
 // Per-thread scratch buffers, released when they grew past a bound after a
 // large image (so one huge image does not pin its memory in every thread).

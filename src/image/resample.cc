@@ -21,6 +21,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/cpu_features.h"
 #include "image/image_internal.h"
 
 namespace shardstream::internal {
@@ -451,14 +452,6 @@ __attribute__((target("avx2"))) void GroupedRowAvx2(const uint8_t* row, const Gr
   }
 }
 
-bool HaveSsse3() {
-  static const bool have = __builtin_cpu_supports("ssse3");
-  return have;
-}
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
 #endif
 
 struct Scratch {
@@ -472,11 +465,9 @@ struct Scratch {
 
 namespace {
 std::atomic<int> g_simd{2};
-std::atomic<int64_t> g_grouped_rows{0};
 }  // namespace
 
 void SetResampleSimd(int level) { g_simd.store(level); }
-int64_t GroupedResampleRows() { return g_grouped_rows.load(); }
 
 namespace {
 
@@ -504,7 +495,7 @@ SHARDSTREAM_OPAQUE void ResampleWith(Scratch& s, const Region& region, int out_w
   s.rows.resize(row_stride * static_cast<size_t>(out_height));
   auto vertical = VerticalRow;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (HaveAvx2() && simd_level >= 2) vertical = VerticalRowAvx2;
+  if (CpuHasAvx2() && simd_level >= 2) vertical = VerticalRowAvx2;
 #endif
   for (int yy = 0; yy < out_height; ++yy) {
     uint8_t* row = &s.rows[static_cast<size_t>(yy) * row_stride];
@@ -515,9 +506,9 @@ SHARDSTREAM_OPAQUE void ResampleWith(Scratch& s, const Region& region, int out_w
   const size_t plane = static_cast<size_t>(out_width) * static_cast<size_t>(out_height);
   const Weights h = View(s.h);
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (HaveSsse3() && simd_level >= 1 &&
+  if (CpuHasSsse3() && simd_level >= 1 &&
       BuildGroups(h, cx0, out_width, flip, layout, &s.groups)) {
-    const bool avx2 = HaveAvx2() && simd_level >= 2;
+    const bool avx2 = CpuHasAvx2() && simd_level >= 2;
     for (int yy = 0; yy < out_height; ++yy) {
       const uint8_t* row = &s.rows[static_cast<size_t>(yy) * row_stride];
       const size_t out_row = static_cast<size_t>(yy) * static_cast<size_t>(out_width);
@@ -527,7 +518,6 @@ SHARDSTREAM_OPAQUE void ResampleWith(Scratch& s, const Region& region, int out_w
         GroupedRowSsse3(row, s.groups, out_width, layout, plane, out_row, out);
       }
     }
-    g_grouped_rows.fetch_add(out_height, std::memory_order_relaxed);
     return;
   }
 #endif
@@ -535,11 +525,11 @@ SHARDSTREAM_OPAQUE void ResampleWith(Scratch& s, const Region& region, int out_w
     const uint8_t* row = &s.rows[static_cast<size_t>(yy) * row_stride];
     const size_t out_row = static_cast<size_t>(yy) * static_cast<size_t>(out_width);
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (HaveAvx2() && simd_level >= 2) {
+    if (CpuHasAvx2() && simd_level >= 2) {
       HorizontalRowAvx2(row, h, cx0, out_width, flip, layout, plane, out_row, out);
       continue;
     }
-    if (HaveSsse3() && simd_level >= 1) {
+    if (CpuHasSsse3() && simd_level >= 1) {
       HorizontalRowSsse3(row, h, cx0, out_width, flip, layout, plane, out_row, out);
       continue;
     }
@@ -554,6 +544,19 @@ void Resample(const Region& region, int out_width, int out_height, bool flip, Im
               uint8_t* out) {
   thread_local Scratch tls;
   ResampleWith(tls, region, out_width, out_height, flip, layout, out);
+}
+
+bool ResampleIsGrouped(const Region& region, int out_width, bool flip, ImageLayout layout) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  // ResampleWith's own choice, made the same way.
+  if (!CpuHasSsse3() || g_simd.load(std::memory_order_relaxed) < 1) return false;
+  Scratch s;
+  Precompute(region.box.x0, region.box.x1, region.clip_x0, region.clip_x1, out_width, &s.h);
+  return BuildGroups(View(s.h), region.clip_x0, out_width, flip, layout, &s.groups);
+#else
+  (void)region, (void)out_width, (void)flip, (void)layout;
+  return false;
+#endif
 }
 
 std::vector<uint8_t>& ScratchRegion() {

@@ -7,6 +7,8 @@
 #include <immintrin.h>
 #endif
 
+#include "common/cpu_features.h"
+
 namespace shardstream::internal {
 namespace {
 
@@ -37,18 +39,13 @@ __attribute__((target("avx2"))) void StreamCopyAvx2(char* d, const char* s, size
   // holds them is published to another thread.
   _mm_sfence();
 }
-
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
 #endif
 
 }  // namespace
 
 void StreamCopy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (n >= kStreamCopyMin && HaveAvx2()) {
+  if (n >= kStreamCopyMin && CpuHasAvx2()) {
     StreamCopyAvx2(static_cast<char*>(dst), static_cast<const char*>(src), n);
     return;
   }

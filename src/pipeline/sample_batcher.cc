@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "memory/stream_copy.h"
 #include "format/decode_error.h"
+#include "memory/stream_copy.h"
 #include "shardstream/image.h"
 
 using shardstream::internal::FieldError;
