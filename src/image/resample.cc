@@ -474,6 +474,16 @@ namespace {
 // The thread's scratch comes in as an argument: the compiler would look a
 // thread_local's address up again (a call, in a shared library) in every
 // row loop, and, given the chance, propagates the argument back in.
+#if defined(__x86_64__) && defined(__GNUC__)
+// Whether the horizontal pass runs by groups (enlarging rows, SSSE3 or
+// better at `simd_level`), with the groups laid out in *g if so: the one
+// place this choice is made, for Resample and for ResampleIsGrouped.
+bool GroupedPass(int simd_level, const Weights& h, int cx0, int out_width, bool flip,
+                 ImageLayout layout, Groups* g) {
+  return CpuHasSsse3() && simd_level >= 1 && BuildGroups(h, cx0, out_width, flip, layout, g);
+}
+#endif
+
 #if defined(__GNUC__) && !defined(__clang__)
 #define SHARDSTREAM_OPAQUE __attribute__((noipa))
 #else
@@ -506,8 +516,7 @@ SHARDSTREAM_OPAQUE void ResampleWith(Scratch& s, const Region& region, int out_w
   const size_t plane = static_cast<size_t>(out_width) * static_cast<size_t>(out_height);
   const Weights h = View(s.h);
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (CpuHasSsse3() && simd_level >= 1 &&
-      BuildGroups(h, cx0, out_width, flip, layout, &s.groups)) {
+  if (GroupedPass(simd_level, h, cx0, out_width, flip, layout, &s.groups)) {
     const bool avx2 = CpuHasAvx2() && simd_level >= 2;
     for (int yy = 0; yy < out_height; ++yy) {
       const uint8_t* row = &s.rows[static_cast<size_t>(yy) * row_stride];
@@ -548,11 +557,10 @@ void Resample(const Region& region, int out_width, int out_height, bool flip, Im
 
 bool ResampleIsGrouped(const Region& region, int out_width, bool flip, ImageLayout layout) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  // ResampleWith's own choice, made the same way.
-  if (!CpuHasSsse3() || g_simd.load(std::memory_order_relaxed) < 1) return false;
   Scratch s;
   Precompute(region.box.x0, region.box.x1, region.clip_x0, region.clip_x1, out_width, &s.h);
-  return BuildGroups(View(s.h), region.clip_x0, out_width, flip, layout, &s.groups);
+  return GroupedPass(g_simd.load(std::memory_order_relaxed), View(s.h), region.clip_x0, out_width,
+                     flip, layout, &s.groups);
 #else
   (void)region, (void)out_width, (void)flip, (void)layout;
   return false;
