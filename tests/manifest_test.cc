@@ -93,6 +93,8 @@ TEST(ManifestTest, BadManifestsNameTheLine) {
       {"duplicate", "m.jsonl", ok + ok, "line 2: duplicate url a.tar (first on line 1)"},
       {"duplicate after resolving", "/d/m.jsonl", ok + "{\"url\": \"/d/a.tar\", \"nsamples\": 1}",
        "line 2: duplicate url"},
+      {"the first duplicate", "m.csv", "url,nsamples\na.tar,1\nb.tar,1\nc.tar,1\nb.tar,1\na.tar,1\n",
+       "line 5: duplicate url b.tar (first on line 3)"},
       {"checksum syntax", "m.jsonl", ok + "{\"url\": \"b.tar\", \"nsamples\": 1, \"checksum\": \"abc\"}",
        "line 2: checksum 'abc' has no algorithm prefix"},
       {"checksum digits", "m.jsonl", ok + "{\"url\": \"b.tar\", \"nsamples\": 1, \"checksum\": \"xxh3_64:12\"}",

@@ -2,8 +2,10 @@
 // format, and the JSON Lines writer (the native format).
 #include "shardstream/manifest.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
-#include <unordered_map>
+#include <numeric>
 
 #include "manifest/manifest_internal.h"
 #include "shardstream/checksum.h"
@@ -78,6 +80,32 @@ void LegacyFingerprintBuilder::Add(std::string_view url, int64_t size, int64_t n
 }
 
 std::string LegacyFingerprintBuilder::Finish() { return h_->Finish(); }
+
+uint64_t UrlHash(std::string_view resolved) { return XXH3_64bits(resolved.data(), resolved.size()); }
+
+std::optional<std::pair<size_t, size_t>> FirstDuplicate(
+    const std::vector<uint64_t>& hash, const std::function<bool(size_t, size_t)>& same) {
+  const size_t n = hash.size();
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return hash[a] != hash[b] ? hash[a] < hash[b] : a < b; });
+  std::optional<std::pair<size_t, size_t>> best;
+  for (size_t k = 0; k < n;) {
+    size_t end = k + 1;
+    while (end < n && hash[order[end]] == hash[order[k]]) ++end;
+    // A run of equal hashes (in index order): the first later entry that
+    // equals an earlier one.
+    for (size_t a = k + 1; a < end; ++a)
+      for (size_t b = k; b < a; ++b)
+        if (same(order[a], order[b])) {
+          if (!best || order[a] < best->first) best = std::pair<size_t, size_t>(order[a], order[b]);
+          break;
+        }
+    k = end;
+  }
+  return best;
+}
 
 Status DuplicateUrlError(const std::string& url, const std::string& shard_url, size_t line,
                          size_t first_line) {
@@ -312,14 +340,17 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& url,
   Manifest m;
   m.url = url;
   std::string base = UrlDirname(url);
-  std::unordered_map<std::string, size_t> seen;  // resolved url -> line
-  seen.reserve(parsed.entries.size());
+  std::vector<uint64_t> hash(parsed.entries.size());
   for (size_t i = 0; i < parsed.entries.size(); ++i) {
     ShardEntry& e = parsed.entries[i];
     e.resolved = JoinUrl(base, e.url);
-    auto [it, inserted] = seen.emplace(e.resolved, parsed.lines[i]);
-    if (!inserted) return internal::DuplicateUrlError(url, e.url, parsed.lines[i], it->second);
+    hash[i] = internal::UrlHash(e.resolved);
   }
+  const std::vector<ShardEntry>& entries = parsed.entries;
+  if (auto dup = internal::FirstDuplicate(
+          hash, [&](size_t a, size_t b) { return entries[a].resolved == entries[b].resolved; }))
+    return internal::DuplicateUrlError(url, entries[dup->first].url, parsed.lines[dup->first],
+                                       parsed.lines[dup->second]);
   m.shards = std::move(parsed.entries);
   if (m.shards.empty())
     return Status(StatusCode::kConfig, "manifest " + RedactUrl(url) + " lists no shards",

@@ -6,9 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardstream/checksum.h"
@@ -54,6 +58,16 @@ struct SimpleLine {
 };
 Result<bool> ParseJsonlLine(std::string_view line, const std::string& url, size_t line_no,
                             SimpleLine* simple, ShardEntry* entry);
+
+// The first entry whose resolved url an earlier entry has too, with the
+// first such earlier entry: {later, earlier}; nullopt when all differ.
+// hash[i]: entry i's resolved url's XXH3 (UrlHash); same(a, b): whether
+// entries a and b have the same resolved url, asked only where hashes are
+// equal. Sorts hashes rather than building a set of the urls: a manifest of
+// a million shards builds no million strings.
+uint64_t UrlHash(std::string_view resolved);
+std::optional<std::pair<size_t, size_t>> FirstDuplicate(
+    const std::vector<uint64_t>& hash, const std::function<bool(size_t, size_t)>& same);
 
 // The "duplicate url" error of entry `later` (its line), naming the first.
 Status DuplicateUrlError(const std::string& url, const std::string& shard_url, size_t line,

@@ -1,10 +1,7 @@
 // ShardTable: columns, front-coded names, and the read-back of an entry.
 #include "manifest/shard_table.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
-#include <numeric>
 
 #include "manifest/manifest_internal.h"
 #include "shardstream/url.h"
@@ -215,42 +212,20 @@ Manifest ShardTable::ToManifest() const {
 }
 
 std::optional<std::pair<size_t, size_t>> ShardTable::FirstDuplicate() const {
-  // Hashes of the resolved urls, sorted: only equal hashes are compared as
-  // strings, and no set of a million strings is built.
-  const size_t n = size();
-  std::vector<uint64_t> hash(n);
+  std::vector<uint64_t> hash(size());
   std::string joined;
   ForEachUrl([&](size_t i, std::string_view u) {
     if (!resolved_as_given_.empty()) {
       if (auto r = resolved_as_given_.find(i); r != resolved_as_given_.end()) {
-        hash[i] = XXH3_64bits(r->second.data(), r->second.size());
+        hash[i] = UrlHash(r->second);
         return;
       }
     }
     joined = JoinUrl(BaseOf(i), u);
-    hash[i] = XXH3_64bits(joined.data(), joined.size());
+    hash[i] = UrlHash(joined);
   });
-  std::vector<uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return hash[a] != hash[b] ? hash[a] < hash[b] : a < b; });
-  std::optional<std::pair<size_t, size_t>> best;
-  for (size_t k = 0; k < n;) {
-    size_t end = k + 1;
-    while (end < n && hash[order[end]] == hash[order[k]]) ++end;
-    // A run of equal hashes (in index order): the first later entry that
-    // equals an earlier one.
-    for (size_t a = k + 1; a < end; ++a) {
-      const std::string ra = resolved(order[a]);
-      for (size_t b = k; b < a; ++b)
-        if (resolved(order[b]) == ra) {
-          if (!best || order[a] < best->first) best = std::pair<size_t, size_t>(order[a], order[b]);
-          break;
-        }
-    }
-    k = end;
-  }
-  return best;
+  return internal::FirstDuplicate(hash,
+                                  [&](size_t a, size_t b) { return resolved(a) == resolved(b); });
 }
 
 size_t ShardTable::MemoryBytes() const {
