@@ -61,9 +61,10 @@ struct SHARDSTREAM_EXPORT LoaderState {
     int64_t tokens = 0;
   };
   std::vector<Partial> partial;
-  // Token batches with TokenOptions::equal_batches: the batches this
-  // consumer still returns in the epoch (own_state() only; -1 otherwise,
-  // and after a merge). A restore of one consumer's own state returns
+  // Token batches with TokenOptions::equal_batches, and sample batches of
+  // several consumers under a skip policy: the batches this consumer still
+  // returns in the epoch (own_state() only; -1 otherwise, and after a
+  // merge). A restore of one consumer's own state returns
   // exactly these, so consumers resumed from their own states stay equal;
   // a merged state's count is decided again over the new topology.
   int64_t batches_left = -1;

@@ -130,8 +130,7 @@ Result<Batch> Loader::next() {
       m.missing_indexes = std::make_shared<internal::MissingIndexes>();
     rc.missing_indexes = m.missing_indexes;
     rc.token_decode = m.token_decode;
-    if (!m.opt.tokens.field.empty() && m.batch_target >= 0)
-      rc.batch_target = m.batch_target - m.returned;
+    if (m.batch_target >= 0) rc.batch_target = m.batch_target - m.returned;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;
     std::lock_guard<std::mutex> lock(m.run_mu);
     if (m.cancelled.load()) return Status::Cancelled("loader stopped");

@@ -117,13 +117,27 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
   batch_target = token_batches = -1;
   returned = 0;
   equal_cut = false;
-  if (opt.tokens.field.empty() || opt.mode == LoaderMode::kEval) return Status::OK();
+  if (opt.mode == LoaderMode::kEval) return Status::OK();
+  const bool several = static_cast<int64_t>(opt.world_size) * opt.num_workers > 1;
+  if (opt.tokens.field.empty()) {
+    // Sample batches: every consumer reads as many samples, so returns as
+    // many batches, unless it skips some under error_policy. Ending early
+    // would leave the other DDP ranks in their next all-reduce: it pads up
+    // to the count (LoaderRun::PadToTarget).
+    // A consumer's own state (a worker resumed alone): exactly its count.
+    if (batches_left >= 0) {
+      batch_target = batches_left;
+    } else if (opt.error_policy != ErrorPolicy::kRaise && several && plan.num_samples >= 0) {
+      const int64_t n = plan.num_samples, b = std::max<int64_t>(opt.batch_size, 1);
+      batch_target = opt.drop_last ? n / b : (n + b - 1) / b;
+    }
+    return Status::OK();
+  }
   const bool equal = opt.tokens.equal_batches;
   if (equal && batches_left >= 0) {  // a consumer's own state: exactly its count
     batch_target = token_batches = batches_left;
     return Status::OK();
   }
-  const bool several = static_cast<int64_t>(opt.world_size) * opt.num_workers > 1;
   if (opt.tokens.tokenize) {
     // Tokens made while reading have no count before: nothing to equalize by.
     if (equal && several)

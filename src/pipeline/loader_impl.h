@@ -128,8 +128,10 @@ class Loader::Impl {
   // them (made at the first plan that needs them, kept for every epoch).
   std::unique_ptr<internal::TokenBudget> budget;
   // Batches this consumer returns in the epoch: a cap (equal_batches with
-  // several consumers, or a restored own state's count; -1: none) and what
-  // batches_per_epoch() answers (-1: unknown); batches returned so far.
+  // several consumers; sample batches of several consumers under a skip
+  // policy, padded up to it; or a restored own state's count; -1: none) and
+  // what batches_per_epoch() answers for tokens (-1: unknown); batches
+  // returned so far.
   static constexpr int64_t kNotCounted = -2;
   int64_t batch_target = -1;
   int64_t token_batches = -1;  // or kNotCounted

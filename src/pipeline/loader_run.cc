@@ -262,8 +262,10 @@ Status LoaderRun::PadToTarget() {
   padded_ = short_by;
   Log().warn("loader: consumer {}'s epoch {} ran out {} batch(es) short of the count every consumer "
              "returns (data skipped under error_policy; stats: skipped_shards, skipped_samples): "
-             "{} batch(es) of padding (pad_token rows, no documents) keep the ranks in step",
-             config_.plan.consumer, config_.epoch, short_by, short_by);
+             "{} batch(es) of padding ({}, no samples) keep the ranks in step",
+             config_.plan.consumer, config_.epoch, short_by, short_by,
+             packer_ ? "pad_token rows" : "rows of zeros");
+  if (batcher_) return batcher_->Pad(short_by);
   SHARDSTREAM_RETURN_IF_ERROR(packer_->Pad(short_by));
   return packer_->FinishPending();
 }
@@ -279,6 +281,9 @@ int LoaderRun::Assemble() {
     Status p = packer_->FinishPending();
     if (s.ok()) s = p;
     if (s.ok()) s = PadToTarget();
+    if (stop_.load()) return -1;
+  } else if (s.ok() && batcher_ != nullptr) {
+    s = PadToTarget();
     if (stop_.load()) return -1;
   }
   if (s.ok()) {

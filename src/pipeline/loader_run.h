@@ -64,7 +64,8 @@ struct RunConfig {
   // How the token field decodes where its name does not say (an MDS column):
   // kRaw or kNpy; kAuto goes by the name.
   FieldDecode token_decode = FieldDecode::kAuto;
-  // Token batches with equal batches: how many batches this run must return.
+  // How many batches this run must return: token batches with equal
+  // batches, and sample batches of several consumers under a skip policy.
   // A run that ends short (shards or samples skipped under error_policy)
   // fills up with batches of padding, so DDP ranks still end the epoch
   // together. -1: no count.

@@ -2,7 +2,9 @@
 // token_packer.cc.
 #include "pipeline/sample_batcher.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "format/decode_error.h"
 #include "memory/stream_copy.h"
@@ -233,6 +235,40 @@ Status SampleBatcher::Flush(bool drop) {
     return Status::OK();
   }
   return slots_.EmitBatch();
+}
+
+Status SampleBatcher::Pad(int64_t batches) {
+  if (batches <= 0) return Status::OK();
+  if (!slots_.ready())
+    return Status(StatusCode::kConfig,
+                  "loader: no sample of this consumer's share was batched (all skipped under "
+                  "error_policy), so there are no shapes for the " + std::to_string(batches) +
+                  " batch(es) of padding that would keep it in step with the other consumers "
+                  "(with fewer consumers, each gets a larger share)");
+  const BatchLayout& layout = slots_.writer().layout();
+  for (int64_t b = 0; b < batches; ++b) {
+    SHARDSTREAM_RETURN_IF_ERROR(slots_.EnsureBatch());
+    BatchWriter& w = slots_.writer();
+    for (int64_t r = 0; r < batch_size_; ++r) {
+      for (size_t i = 0; i < fields_.size(); ++i) {
+        const ColumnLayout& c = layout.columns[i];
+        if (c.ragged != Ragged::kError) {
+          w.SetBytes(i, r, std::string_view(), 8);
+          auto* shape = reinterpret_cast<int64_t*>(w.column(shape_col_[i])) + r * c.ndim;
+          std::fill(shape, shape + c.ndim, int64_t{0});
+        } else if (c.is_bytes) {
+          w.SetBytes(i, r, std::string_view());
+        } else if (c.row_bytes > 0) {
+          std::memset(w.column(i) + static_cast<size_t>(r) * c.row_bytes, 0, c.row_bytes);
+        }
+      }
+      for (size_t k = 0; k < optional_.size(); ++k)
+        w.column(fields_.size() + k)[static_cast<size_t>(r)] = 0;
+    }
+    w.set_rows(batch_size_);
+    SHARDSTREAM_RETURN_IF_ERROR(slots_.EmitBatch());
+  }
+  return Status::OK();
 }
 
 }  // namespace shardstream::internal

@@ -34,6 +34,12 @@ class SHARDSTREAM_EXPORT SampleBatcher {
   Status Add(const RowInput& row);
   // Emits the partial batch, if any, or drops it (drop_last).
   Status Flush(bool drop = false);
+  // Emits `batches` full batches of padding after the last (Flush first):
+  // every row zeros (empty bytes, shape 0, present 0) and no samples. Keeps
+  // a consumer that skipped data in step with the others; the shapes are
+  // the batches' before, so a consumer that batched no sample cannot pad
+  // (kConfig).
+  Status Pad(int64_t batches);
 
  private:
   Status InitLayout(const std::vector<DecodedField>& decoded);

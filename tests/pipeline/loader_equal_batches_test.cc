@@ -1,7 +1,9 @@
 // Token batches with equal_batches: every consumer returns the same number
 // of batches over shards of very uneven token counts (the DDP end-of-epoch
 // hang), decided from the sample indexes alone, also after a restore of
-// each consumer's own state and of a merged state on another topology.
+// each consumer's own state and of a merged state on another topology; and
+// batches of padding, for tokens and for samples, from a consumer that
+// skipped data under a skip policy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -526,6 +528,168 @@ TEST(LoaderEqualBatchesTest, LocalShardsWithoutIndexesGetThemBuilt) {
   EXPECT_NE(free_counts[0], free_counts[1]);
   EXPECT_GT(counts[0], 0);
   EXPECT_EQ(counts[0], std::min(free_counts[0], free_counts[1]));
+}
+
+TEST(LoaderEqualBatchesTest, SampleBatchesOfAConsumerThatSkippedAreLikewisePadded) {
+  // Sample batches: every consumer of 4 reads 20 of the 80 samples, so
+  // returns 5 batches of 4, unless it skips some under the policy. It then
+  // pads up to 5 (rows of zeros, no samples), or the other DDP ranks would
+  // wait in their next all-reduce for ever.
+  TempDir dir;
+  const std::string m = WriteRows(dir.path());
+  const std::string shard = dir.path() + "/shard-000003.tar";
+  std::string bytes = testing::ReadFile(shard);
+  const size_t at = bytes.find("d31.tokens.npy");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at + 148, 8, "XXXXXXXX");  // the checksum: the rest of the shard is skipped
+  testing::WriteFile(shard, bytes);
+  auto options = [&](int r, ErrorPolicy policy, bool drop) {
+    LoaderOptions o = Tokens(m, 4, r);
+    o.tokens = TokenOptions();
+    FieldSpec tokens{"tokens.npy", "", FieldDecode::kNpy};
+    FieldSpec absent{"none", "", FieldDecode::kLabel};
+    absent.optional = true;
+    o.fields = {tokens, absent};
+    o.error_policy = policy;
+    o.drop_last = drop;
+    return o;
+  };
+  for (bool drop : {false, true}) {
+    int64_t padding = 0, skipped = 0, cut_short = 0;
+    int skipper = -1;
+    for (int r = 0; r < 4; ++r) {
+      auto l = Loader::Create(options(r, ErrorPolicy::kSkipShard, drop));
+      ASSERT_TRUE(l.ok()) << l.status();
+      int64_t n = 0, samples = 0, pads = 0;
+      while (true) {
+        auto b = (*l)->next();
+        ASSERT_TRUE(b.ok()) << b.status();
+        if (b->empty()) break;
+        ++n;
+        samples += b->num_samples();
+        TensorView t = b->tensor("tokens.npy");
+        ASSERT_EQ(t.shape[1], 63);
+        const auto* v = static_cast<const int32_t*>(t.data);
+        if (b->num_samples() == 0) {
+          ++pads;
+          EXPECT_EQ(b->rows(), 4) << "a batch of padding is full";
+          EXPECT_EQ(t.shape[0], 4);
+          EXPECT_TRUE(std::all_of(v, v + 4 * 63, [](int32_t x) { return x == 0; }));
+          TensorView present = b->tensor("none.present");
+          const auto* p = static_cast<const uint8_t*>(present.data);
+          EXPECT_TRUE(std::all_of(p, p + 4, [](uint8_t x) { return x == 0; }));
+        } else {
+          EXPECT_EQ(pads, 0) << "padding comes last";
+          EXPECT_GT(v[0], 0) << "a real sample's tokens";
+          if (b->num_samples() < 4) cut_short += 1;
+        }
+      }
+      EXPECT_EQ(n, 5) << "consumer " << r << (drop ? ", drop_last" : "");
+      const LoaderStats s = (*l)->stats();
+      skipped += static_cast<int64_t>(s.skipped_shards);
+      EXPECT_EQ(pads > 0, s.skipped_shards > 0) << "consumer " << r;
+      if (s.skipped_shards > 0) skipper = r;
+      // (The 2 of the 10 left in a short batch go with drop_last.)
+      EXPECT_EQ(samples, s.skipped_shards > 0 ? (drop ? 8 : 10) : 20) << "consumer " << r;
+      padding += pads;
+    }
+    EXPECT_EQ(skipped, 1);
+    EXPECT_EQ(padding, drop ? 3 : 2);  // 10 samples: 4, 4, 2 (dropped with drop_last)
+    // The consumer that skipped, saved after 2 batches and resumed alone
+    // from its own state (a DataLoader worker under StatefulDataLoader):
+    // the same 3 batches more, padding included.
+    ASSERT_GE(skipper, 0);
+    auto first = Loader::Create(options(skipper, ErrorPolicy::kSkipShard, drop));
+    ASSERT_TRUE(first.ok());
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*first)->next().ok());
+    auto state = (*first)->own_state();
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->batches_left, 3);
+    auto json = LoaderState::FromJson(state->ToJson());
+    ASSERT_TRUE(json.ok()) << json.status();
+    LoaderOptions solo = options(0, ErrorPolicy::kSkipShard, drop);
+    solo.world_size = 1;
+    auto second = Loader::Create(solo);
+    ASSERT_TRUE(second.ok());
+    ASSERT_TRUE((*second)->restore(*json).ok());
+    int64_t rest = 0, rest_pads = 0;
+    while (true) {
+      auto b = (*second)->next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (b->empty()) break;
+      ++rest;
+      rest_pads += b->num_samples() == 0;
+    }
+    EXPECT_EQ(rest, 3);
+    EXPECT_EQ(rest_pads, drop ? 3 : 2);
+    EXPECT_EQ(cut_short, drop ? 0 : 1);
+  }
+  // Under "raise" the skip is an error, as before; alone (one consumer) a
+  // skipped shard shortens the epoch, with no one to keep in step.
+  {
+    Status st;
+    for (int r = 0; r < 4; ++r) {
+      auto c = Loader::Create(options(r, ErrorPolicy::kRaise, false));
+      ASSERT_TRUE(c.ok());
+      while (true) {
+        auto b = (*c)->next();
+        if (!b.ok()) {
+          st = b.status();
+          break;
+        }
+        if (b->empty()) break;
+      }
+    }
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st;
+  }
+  // A consumer whose whole share was skipped has batched no sample, so has
+  // no shapes to pad with: an error that says so (its rank fails), not an
+  // early end (the others would wait for ever). 8 consumers of 10 samples:
+  // one reads only the damaged shard.
+  {
+    std::vector<std::string> errors;
+    int64_t ended = 0;
+    for (int r = 0; r < 8; ++r) {
+      LoaderOptions o = options(r, ErrorPolicy::kSkipShard, false);
+      o.world_size = 8;
+      auto c = Loader::Create(o);
+      ASSERT_TRUE(c.ok());
+      int64_t n = 0;
+      while (true) {
+        auto b = (*c)->next();
+        if (!b.ok()) {
+          errors.push_back(b.status().ToString());
+          break;
+        }
+        if (b->empty()) {
+          EXPECT_EQ(n, 3) << "consumer " << r;
+          ++ended;
+          break;
+        }
+        ++n;
+      }
+    }
+    EXPECT_EQ(ended, 7);
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_NE(errors[0].find("no sample of this consumer's share was batched"), std::string::npos)
+        << errors[0];
+    EXPECT_NE(errors[0].find("3 batch(es) of padding"), std::string::npos) << errors[0];
+  }
+  LoaderOptions alone = options(0, ErrorPolicy::kSkipShard, false);
+  alone.world_size = 1;
+  alone.rank = 0;
+  auto l = Loader::Create(alone);
+  ASSERT_TRUE(l.ok());
+  int64_t n = 0, samples = 0;
+  while (true) {
+    auto b = (*l)->next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    if (b->empty()) break;
+    ++n;
+    samples += b->num_samples();
+  }
+  EXPECT_EQ(samples, 70);
+  EXPECT_EQ(n, 18);  // 70 / 4, no padding
 }
 
 }  // namespace

@@ -419,6 +419,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
         """``map`` on each sample (collating a batch back), then ``batch_map``.
         None when ``map`` dropped or skipped every sample of it."""
         keys, urls = batch["__key__"], batch["__url__"]
+        if not keys and self._kwargs.get("tokens") is None:
+            # A batch of padding: no samples, rows of zeros, from a consumer
+            # that skipped data under a skip policy (kept in step with the
+            # other ranks). Yielded as the loader made it, for the training
+            # loop to tell by its empty __key__; a hook would drop it (map)
+            # or hide what it is.
+            return batch
         if self._map is not None:
             if single:
                 return self._map_one(batch, keys, urls)
