@@ -122,4 +122,6 @@ def test_the_copies_kept_for_the_replay_are_not_timed(manifest, monkeypatch):
     with shardstream.Loader(manifest, batch_size=4, seed=1) as loader:
         h = shardstream.measure_headspace(loader, lambda b: time.sleep(0.01), steps=10,
                                           warmup=1, keep=8)
-    assert not h.input_bound and h.wait_max_s < 0.04, h
+    # Timed, the copies would add 0.05 s to 8 of the 10 steps of 0.01 s. (Not input_bound:
+    # on 2 busy cores the loader's threads alone once slowed the live steps past its 5%.)
+    assert h.live_step_s < h.replay_step_s + 0.02 and h.wait_max_s < 0.04, h
