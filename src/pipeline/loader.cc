@@ -313,9 +313,7 @@ int64_t Loader::batches_per_epoch() const {
     }
     return m.token_batches;
   }
-  if (m.plan.num_samples < 0) return -1;
-  const int64_t n = m.plan.num_samples, b = m.opt.batch_size;
-  return m.opt.drop_last ? n / b : (n + b - 1) / b;
+  return m.plan.num_samples < 0 ? -1 : m.SampleBatches(m.plan.num_samples);
 }
 
 int64_t Loader::rank_batches_per_epoch() const {
@@ -333,15 +331,10 @@ int64_t Loader::rank_batches_per_epoch() const {
   Result<EpochPlan> all = EpochPlan::Create(m.PlanCounts(), m.plan_fingerprint, m.plan_options,
                                             m.plan_resume.get());
   if (!all.ok()) return -1;
-  const int64_t b = m.opt.batch_size;
   int64_t n = 0;
   for (int w = 0; w < workers; ++w) {
     const ConsumerPlan p = all->Consumer(m.opt.rank, w);
-    if (tokens) {
-      n += m.TokenBatches(p);
-    } else {
-      n += m.opt.drop_last ? p.num_samples / b : (p.num_samples + b - 1) / b;
-    }
+    n += tokens ? m.TokenBatches(p) : m.SampleBatches(p.num_samples);
   }
   return n;
 }

@@ -128,8 +128,7 @@ Status Loader::Impl::Plan(const ResumeState* resume, int64_t e, int64_t batches_
     if (batches_left >= 0) {
       batch_target = batches_left;
     } else if (opt.error_policy != ErrorPolicy::kRaise && several && plan.num_samples >= 0) {
-      const int64_t n = plan.num_samples, b = std::max<int64_t>(opt.batch_size, 1);
-      batch_target = opt.drop_last ? n / b : (n + b - 1) / b;
+      batch_target = SampleBatches(plan.num_samples);
     }
     return Status::OK();
   }

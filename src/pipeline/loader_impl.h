@@ -6,6 +6,7 @@
 #ifndef SHARDSTREAM_PIPELINE_LOADER_IMPL_H_
 #define SHARDSTREAM_PIPELINE_LOADER_IMPL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -171,6 +172,12 @@ class Loader::Impl {
   // from a restore start where they stopped). REQUIRES: LoadTokenCounts().
   int64_t TokenBatches(const ConsumerPlan& p) const {
     return budget->Batches(budget->Rows(p, Locator(), partial));
+  }
+  // Sample batches made from `samples` samples: the last one short, or
+  // dropped under drop_last.
+  int64_t SampleBatches(int64_t samples) const {
+    const int64_t b = std::max<int64_t>(opt.batch_size, 1);
+    return opt.drop_last ? samples / b : (samples + b - 1) / b;
   }
   void EndRun() {
     std::unique_ptr<internal::LoaderRun> r;

@@ -280,12 +280,9 @@ int LoaderRun::Assemble() {
     // The batch handed over goes before the end or the error.
     Status p = packer_->FinishPending();
     if (s.ok()) s = p;
-    if (s.ok()) s = PadToTarget();
-    if (stop_.load()) return -1;
-  } else if (s.ok() && batcher_ != nullptr) {
-    s = PadToTarget();
-    if (stop_.load()) return -1;
   }
+  if (s.ok() && (packer_ != nullptr || batcher_ != nullptr)) s = PadToTarget();
+  if (stop_.load()) return -1;
   if (s.ok()) {
     (void)queue_.PushEnd();
   } else if (s.code() != StatusCode::kCancelled || !stop_.load()) {

@@ -116,6 +116,27 @@ int64_t CountBatches(Loader* l) {
   }
 }
 
+// Reads a loader of sample batches to its end or its first error: batches,
+// samples, batches of padding (no samples).
+struct SamplesRead {
+  int64_t batches = 0, samples = 0, pads = 0;
+  Status error;
+};
+SamplesRead ReadSamples(Loader* l) {
+  SamplesRead d;
+  while (true) {
+    auto b = l->next();
+    if (!b.ok()) {
+      d.error = b.status();
+      return d;
+    }
+    if (b->empty()) return d;
+    ++d.batches;
+    d.samples += b->num_samples();
+    d.pads += b->num_samples() == 0;
+  }
+}
+
 class LoaderEqualBatchesGroupsTest : public ::testing::TestWithParam<int> {};
 
 // Also with the documents in groups of 4 (the compact token layout): the
@@ -612,16 +633,10 @@ TEST(LoaderEqualBatchesTest, SampleBatchesOfAConsumerThatSkippedAreLikewisePadde
     auto second = Loader::Create(solo);
     ASSERT_TRUE(second.ok());
     ASSERT_TRUE((*second)->restore(*json).ok());
-    int64_t rest = 0, rest_pads = 0;
-    while (true) {
-      auto b = (*second)->next();
-      ASSERT_TRUE(b.ok()) << b.status();
-      if (b->empty()) break;
-      ++rest;
-      rest_pads += b->num_samples() == 0;
-    }
-    EXPECT_EQ(rest, 3);
-    EXPECT_EQ(rest_pads, drop ? 3 : 2);
+    const SamplesRead rest = ReadSamples(second->get());
+    ASSERT_TRUE(rest.error.ok()) << rest.error;
+    EXPECT_EQ(rest.batches, 3);
+    EXPECT_EQ(rest.pads, drop ? 3 : 2);
     EXPECT_EQ(cut_short, drop ? 0 : 1);
   }
   // Under "raise" the skip is an error, as before; alone (one consumer) a
@@ -631,14 +646,8 @@ TEST(LoaderEqualBatchesTest, SampleBatchesOfAConsumerThatSkippedAreLikewisePadde
     for (int r = 0; r < 4; ++r) {
       auto c = Loader::Create(options(r, ErrorPolicy::kRaise, false));
       ASSERT_TRUE(c.ok());
-      while (true) {
-        auto b = (*c)->next();
-        if (!b.ok()) {
-          st = b.status();
-          break;
-        }
-        if (b->empty()) break;
-      }
+      const SamplesRead d = ReadSamples(c->get());
+      if (!d.error.ok()) st = d.error;
     }
     EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st;
   }
@@ -654,19 +663,12 @@ TEST(LoaderEqualBatchesTest, SampleBatchesOfAConsumerThatSkippedAreLikewisePadde
       o.world_size = 8;
       auto c = Loader::Create(o);
       ASSERT_TRUE(c.ok());
-      int64_t n = 0;
-      while (true) {
-        auto b = (*c)->next();
-        if (!b.ok()) {
-          errors.push_back(b.status().ToString());
-          break;
-        }
-        if (b->empty()) {
-          EXPECT_EQ(n, 3) << "consumer " << r;
-          ++ended;
-          break;
-        }
-        ++n;
+      const SamplesRead d = ReadSamples(c->get());
+      if (!d.error.ok()) {
+        errors.push_back(d.error.ToString());
+      } else {
+        EXPECT_EQ(d.batches, 3) << "consumer " << r;
+        ++ended;
       }
     }
     EXPECT_EQ(ended, 7);
@@ -680,16 +682,11 @@ TEST(LoaderEqualBatchesTest, SampleBatchesOfAConsumerThatSkippedAreLikewisePadde
   alone.rank = 0;
   auto l = Loader::Create(alone);
   ASSERT_TRUE(l.ok());
-  int64_t n = 0, samples = 0;
-  while (true) {
-    auto b = (*l)->next();
-    ASSERT_TRUE(b.ok()) << b.status();
-    if (b->empty()) break;
-    ++n;
-    samples += b->num_samples();
-  }
-  EXPECT_EQ(samples, 70);
-  EXPECT_EQ(n, 18);  // 70 / 4, no padding
+  const SamplesRead d = ReadSamples(l->get());
+  ASSERT_TRUE(d.error.ok()) << d.error;
+  EXPECT_EQ(d.samples, 70);
+  EXPECT_EQ(d.batches, 18);  // 70 / 4, no padding
+  EXPECT_EQ(d.pads, 0);
 }
 
 }  // namespace
