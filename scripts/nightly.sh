@@ -7,6 +7,10 @@
 # - every wheel (scripts/build_wheels.sh: 3.9, 3.11, 3.13) tested on other
 #   Debian releases (scripts/test_wheels.sh: the whole suite on Debian 13, the
 #   smoke test on Debian 11). Needs root, for debootstrap and chroot;
+# - `pip install` of the source distribution into a fresh venv with pip's
+#   build isolation (scripts/test_sdist.sh): the build back-end from the
+#   package index, the extension against this machine's -dev packages (CI
+#   builds its wheel from the sdist, with the pinned back-end);
 # - the soak (scripts/soak.sh) for SOAK_MINUTES (default 30): a training job
 #   with every fault at once, kills and restarts, checked for exactly once.
 #
@@ -23,6 +27,9 @@ bash "$root/scripts/fuzz.sh" "$seconds"
 echo "== wheels for every Python, tested on Debian 11 and 13"
 bash "$root/scripts/build_wheels.sh" "$root/dist/nightly"
 bash "$root/scripts/test_wheels.sh" "$root/dist/nightly"
+echo "== the source distribution, installed with pip's build isolation"
+bash "$root/scripts/build_sdist.sh" "$root/dist/nightly"
+bash "$root/scripts/test_sdist.sh" "$root/dist/nightly"
 echo "== the soak, ${SOAK_MINUTES:-30} minutes"
 bash "$root/scripts/soak.sh" "${SOAK_MINUTES:-30}"
 echo "nightly: ok"

@@ -128,9 +128,5 @@ cd "$root/tests/python"
 "$vpy" -c 'import os, sys, shardstream, shardstream._core as c
 assert c.__file__.startswith(sys.prefix + os.sep), c.__file__
 print("  shardstream", getattr(shardstream, "__version__", "?"), "from", os.path.dirname(c.__file__))'
-# test_ray_train.py drives Ray Train around the same Python code (a minute of Ray's own start-up
-# and polling), and test_soak.py a 90-second job; the pip suite runs them, and every native path
-# they take is tested here too.
 SHARDSTREAM_PYTHON="$vpy" env -u LD_LIBRARY_PATH -u PYTHONPATH \
-  "$vpy" -m pytest -q -p no:cacheprovider "$root/tests/python" \
-  --ignore="$root/tests/python/test_ray_train.py" --ignore="$root/tests/python/test_soak.py"
+  "$vpy" -m pytest -q -p no:cacheprovider --durations=15 "$root/tests/python"
