@@ -34,12 +34,13 @@ export SHARDSTREAM_PYTHON="$root/.venv/bin/python"
 export AWS_EC2_METADATA_DISABLED=true
 
 # Under --sanitize (CI), line tables only (-g1): a quarter less compile time than -g, and stack
-# traces still name file and line. Without it, build/ keeps RelWithDebInfo's full -g.
-debug_info=()
-((sanitize)) && debug_info=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+# traces still name file and line. Without it, RelWithDebInfo's own -g (set again, as a run with
+# --sanitize before leaves -g1 in build/'s cache).
+if ((sanitize)); then debug_info=-g1; else debug_info=-g; fi
 
 phase "C++ build and tests"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${debug_info[@]}" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $debug_info -DNDEBUG" >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 300
 
