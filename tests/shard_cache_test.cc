@@ -391,21 +391,16 @@ TEST_F(ShardCacheTest, DestructionStopsADownloadPromptly) {
   EXPECT_TRUE(FilesWithSuffix(cache_dir(), ".shard").empty());
 }
 
-int ThreadCount() {
-  std::string status = ReadFile("/proc/self/status");
-  return std::atoi(status.c_str() + status.find("Threads:") + 8);
-}
-
 TEST_F(ShardCacheTest, NoThreadBeforeFirstDownload) {
   auto refs = MakeShards(1, 1000);
   std::thread([] {}).join();  // TSan starts a runtime thread at the first thread creation
-  int before = ThreadCount();
+  int before = SettledThreadCount();
   auto cache = NewCache(Options(1 << 20));
-  EXPECT_EQ(ThreadCount(), before);
+  EXPECT_EQ(SettledThreadCount(), before);
   ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());  // a hit would not start one either
-  EXPECT_GT(ThreadCount(), before);
+  EXPECT_GT(SettledThreadCount(), before);
   cache.reset();
-  EXPECT_EQ(ThreadCount(), before);
+  EXPECT_EQ(SettledThreadCount(), before);
 }
 
 TEST_F(ShardCacheTest, EvictsLeastRecentlyUsedToLowWatermark) {

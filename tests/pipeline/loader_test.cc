@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <dirent.h>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -21,16 +20,8 @@ using testing::Dataset;
 using testing::DatasetSpec;
 using testing::DrainIds;
 using testing::FieldOptions;
+using testing::SettledThreadCount;
 using testing::TempDir;
-
-int ThreadCount() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/task");
-  while (dirent* e = readdir(d))
-    if (e->d_name[0] != '.') ++n;
-  closedir(d);
-  return n;
-}
 
 class LoaderTest : public ::testing::Test {
  protected:
@@ -168,22 +159,22 @@ TEST_F(LoaderTest, BatchesCarryKeysUrlsLabelsAndStats) {
 TEST_F(LoaderTest, NoThreadBeforeFirstNextAndPromptShutdownWithFullQueue) {
   // TSan starts a runtime thread at the first thread creation: let it.
   std::thread([] {}).join();
-  const int before = ThreadCount();
+  const int before = SettledThreadCount();
   LoaderOptions o = FieldOptions(data_->manifest);
   o.reader_threads = 3;
   o.prefetch = 2;
   auto loader = *Loader::Create(o);
-  EXPECT_EQ(ThreadCount(), before);
+  EXPECT_EQ(SettledThreadCount(), before);
   auto b = loader->next();
   ASSERT_TRUE(b.ok());
-  EXPECT_GT(ThreadCount(), before);
+  EXPECT_GT(SettledThreadCount(), before);
   // Let the queue, the pool and the lane rings fill up: every thread blocks.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto t0 = std::chrono::steady_clock::now();
   loader.reset();
   auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_LT(took, std::chrono::seconds(1));
-  EXPECT_EQ(ThreadCount(), before);
+  EXPECT_EQ(SettledThreadCount(), before);
   // The batch outlives the loader (its slot returns to a pool nobody uses).
   EXPECT_EQ(b->rows(), 8);
 }

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -179,7 +180,16 @@ def test_corrupt_shard_raises_corrupt_error_with_shard_and_offset(tmp_path):
 
 
 def _threads():
-    return len(os.listdir("/proc/self/task"))
+    """The thread count once it has held still for 100 ms (at most 2 s): a thread whose join
+    has returned stays listed until the kernel reaps it a moment later."""
+    count, still_since = len(os.listdir("/proc/self/task")), time.monotonic()
+    deadline = still_since + 2
+    while time.monotonic() < deadline and time.monotonic() - still_since < 0.1:
+        time.sleep(0.005)
+        now = len(os.listdir("/proc/self/task"))
+        if now != count:
+            count, still_since = now, time.monotonic()
+    return count
 
 
 def _fds():

@@ -3,12 +3,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace shardstream::testing {
 
@@ -60,6 +62,31 @@ std::string PythonPath() {
   std::string venv = std::string(SHARDSTREAM_SOURCE_DIR) + "/.venv/bin/python";
   if (::access(venv.c_str(), X_OK) == 0) return venv;
   return "python3";
+}
+
+namespace {
+
+int ThreadCount() {
+  std::string status = ReadFile("/proc/self/status");
+  return std::atoi(status.c_str() + status.find("Threads:") + 8);
+}
+
+}  // namespace
+
+int SettledThreadCount() {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  int count = ThreadCount();
+  auto still_since = Clock::now();
+  while (Clock::now() < deadline && Clock::now() - still_since < std::chrono::milliseconds(100)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    int now = ThreadCount();
+    if (now != count) {
+      count = now;
+      still_since = Clock::now();
+    }
+  }
+  return count;
 }
 
 }  // namespace shardstream::testing
