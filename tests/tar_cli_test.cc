@@ -2,7 +2,9 @@
 // byte-identical to the source files; verify finds damaged shards; index,
 // manifest, bench and --help work.
 #include <gtest/gtest.h>
+#include <linux/magic.h>
 #include <sched.h>
+#include <sys/vfs.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -245,6 +247,26 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   EXPECT_GE(j["cross_core_round_trip_ns"].get<double>(), 0);
   EXPECT_GE(j["cross_core_round_trip_ns_max"].get<double>(),
             j["cross_core_round_trip_ns"].get<double>());
+
+  EXPECT_EQ(j["page_cache"], "as found");
+  EXPECT_FALSE(j.contains("resident_bytes_before_drop"));
+
+  // --reread drops the shards' pages first and reads them back in. The set
+  // was just read, so its pages are in the cache (unless reclaimed since);
+  // the file systems that drop clean pages on request keep none of them.
+  ASSERT_EQ(RunCommand(run + " --json --reread", &output), 0) << output;
+  j = nlohmann::json::parse(output);
+  EXPECT_EQ(j["page_cache"], "reread");
+  const auto before = j["resident_bytes_before_drop"].get<uint64_t>();
+  const auto after = j["resident_bytes_after_drop"].get<uint64_t>();
+  EXPECT_LE(after, before);
+  struct statfs fs;
+  ASSERT_EQ(statfs(data.c_str(), &fs), 0);
+  const bool drops = fs.f_type == EXT4_SUPER_MAGIC || fs.f_type == XFS_SUPER_MAGIC ||
+                     fs.f_type == BTRFS_SUPER_MAGIC;
+  if (drops && before > 0) EXPECT_LT(after, before);
+  if (fs.f_type == TMPFS_MAGIC) EXPECT_EQ(after, before);
+  EXPECT_GT(j["ratio_to_plain_read"].get<double>(), 0);
 
   // --loader-only times the loader alone: no comparison figures at all.
   ASSERT_EQ(RunCommand(run + " --json --loader-only", &output), 0) << output;

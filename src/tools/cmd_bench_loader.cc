@@ -4,10 +4,13 @@
 // sequential read (the bandwidth ceiling) and the bare tar reader's
 // samples/s (one thread). --make-tokens / --make-samples write a synthetic
 // data set first.
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +32,7 @@
 #include "shardstream/shard_cache.h"
 #include "shardstream/shard_writer.h"
 #include "shardstream/tar_reader.h"
+#include "shardstream/url.h"
 #include "tools/bench_util.h"
 #include "tools/command.h"
 #include "tools/tar_tool_util.h"
@@ -52,6 +56,7 @@ struct Args {
   bool json = false;
   bool no_metadata = false, no_direct = false;
   bool loader_only = false;
+  bool reread = false;    // drop the shards' pages first and read them back in
   std::string cache_dir;  // read through a shard cache here (filled first)
   // An image field decoded by the loader (--image-field).
   std::string image_field;
@@ -221,6 +226,64 @@ Result<double> ReadOnThreads(const std::vector<std::string>& urls,
   for (auto& th : pool) th.join();
   for (const Status& s : failed) SHARDSTREAM_RETURN_IF_ERROR(s);
   return Since(t0);
+}
+
+// The bytes of a local file in the page cache (mincore).
+Result<uint64_t> ResidentBytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  struct stat st;
+  uint64_t resident = 0;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    const size_t size = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+      std::vector<unsigned char> in((size + page - 1) / page);
+      if (::mincore(p, size, in.data()) == 0)
+        for (size_t i = 0; i < in.size(); ++i)
+          if (in[i] & 1) resident += std::min(page, size - i * page);
+      ::munmap(p, size);
+    }
+  }
+  ::close(fd);
+  return resident;
+}
+
+// --reread: drops the files' pages from the page cache and reads them back in,
+// one file after another in 512 KiB reads, as `cat` does. How pages entered
+// the cache matters: pages read in sequentially are kept in large folios (up
+// to 2 MiB), which map and copy faster than the small ones a writer in small
+// pieces leaves, so a data set just written (or paged out and back in)
+// measures differently from one read from disk. Returns the bytes resident
+// before and right after the drop (a file system that keeps its pages, as
+// tmpfs does, drops nothing).
+Result<std::pair<uint64_t, uint64_t>> Reread(const std::vector<std::string>& urls) {
+  std::pair<uint64_t, uint64_t> resident{0, 0};
+  std::vector<char> buf(size_t{512} << 10);
+  for (const std::string& u : urls) {
+    const std::string path = LocalPath(u);
+    if (path.empty()) return Status::Config("--reread needs local shards, not " + RedactUrl(u));
+    SHARDSTREAM_ASSIGN_OR_RETURN(uint64_t before, ResidentBytes(path));
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "open " + path);
+    const int err = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (err != 0) {
+      ::close(fd);
+      return Status::FromErrno(err, "posix_fadvise " + path);
+    }
+    auto after = ResidentBytes(path);
+    ssize_t n;
+    while ((n = ::read(fd, buf.data(), buf.size())) > 0) {
+    }
+    const int read_errno = errno;
+    ::close(fd);
+    if (n < 0) return Status::FromErrno(read_errno, "read " + path);
+    if (!after.ok()) return after.status();
+    resident.first += before;
+    resident.second += *after;
+  }
+  return resident;
 }
 
 // The plain read, the bandwidth ceiling: as many threads as the loader has
@@ -439,6 +502,12 @@ int Run(const Args& a) {
     o.cache->WaitIdle();
     for (std::string& u : urls) u = a.cache_dir + "/" + CacheKey(u) + ".shard";
   }
+  std::pair<uint64_t, uint64_t> resident{0, 0};
+  if (a.reread) {
+    auto r = Reread(urls);
+    if (!r.ok()) { std::cerr << "bench-loader: " << r.status() << "\n"; return 1; }
+    resident = *r;
+  }
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s, round_trip_ns;
   double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
@@ -524,6 +593,11 @@ int Run(const Args& a) {
        round_trip_ns.empty() ? 0 : *std::max_element(round_trip_ns.begin(), round_trip_ns.end())},
       {"peak_rss_bytes", PeakRssBytes()},
   };
+  j["page_cache"] = a.reread ? "reread" : "as found";
+  if (a.reread) {
+    j["resident_bytes_before_drop"] = resident.first;
+    j["resident_bytes_after_drop"] = resident.second;
+  }
   if (o.cache != nullptr) {
     j["cache_dir"] = a.cache_dir;
     j["cache_hit_rate"] = st.cache_hit_rate;
@@ -564,6 +638,10 @@ int Run(const Args& a) {
             << " ns round trip between two CPUs (median of the runs; max "
             << j["cross_core_round_trip_ns_max"].get<double>() << ")"
             << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
+  if (a.reread)
+    std::cout << "page cache:  " << HumanBytes(resident.first - std::min(resident.first, resident.second))
+              << " of the shards' pages dropped and read back in before the warm-up "
+              << "epoch, " << HumanBytes(resident.second) << " kept\n";
   return 0;
 }
 
@@ -611,6 +689,9 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_option("--cache-dir", a->cache_dir,
                   "Read through a shard cache in this directory (an epoch fills it first; the "
                   "plain read and the tar reader then read its entry files)");
+  sub->add_flag("--reread", a->reread,
+                "First drop the shards' pages from the page cache and read them back in, file by "
+                "file: figures then do not depend on how the pages entered the cache");
   sub->add_flag("--loader-only", a->loader_only,
                 "Time only the loader (for profiling; no plain read, no ratios)");
   sub->callback([a] { ExitWith(Run(*a)); });
