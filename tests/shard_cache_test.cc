@@ -400,7 +400,7 @@ TEST_F(ShardCacheTest, NoThreadBeforeFirstDownload) {
   ASSERT_TRUE(ReadThroughCache(*cache, refs[0]).ok());  // a hit would not start one either
   EXPECT_GT(SettledThreadCount(), before);
   cache.reset();
-  EXPECT_EQ(SettledThreadCount(), before);
+  EXPECT_EQ(SettledThreadCount(before), before);
 }
 
 TEST_F(ShardCacheTest, EvictsLeastRecentlyUsedToLowWatermark) {

@@ -228,60 +228,52 @@ Result<double> ReadOnThreads(const std::vector<std::string>& urls,
   return Since(t0);
 }
 
-// The bytes of a local file in the page cache (mincore).
-Result<uint64_t> ResidentBytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+// The bytes of an open file that are in the page cache (mincore).
+Result<uint64_t> ResidentBytes(int fd, const std::string& path) {
   struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat " + path);
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) return uint64_t{0};
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap " + path);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((size + page - 1) / page);
+  const int err = ::mincore(p, size, in.data()) == 0 ? 0 : errno;
+  ::munmap(p, size);
+  if (err != 0) return Status::FromErrno(err, "mincore " + path);
   uint64_t resident = 0;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    const size_t size = static_cast<size_t>(st.st_size);
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p != MAP_FAILED) {
-      const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-      std::vector<unsigned char> in((size + page - 1) / page);
-      if (::mincore(p, size, in.data()) == 0)
-        for (size_t i = 0; i < in.size(); ++i)
-          if (in[i] & 1) resident += std::min(page, size - i * page);
-      ::munmap(p, size);
-    }
-  }
-  ::close(fd);
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] & 1) resident += std::min(page, size - i * page);
   return resident;
 }
 
 // --reread: drops the files' pages from the page cache and reads them back in,
-// one file after another in 512 KiB reads, as `cat` does. How pages entered
-// the cache matters: pages read in sequentially are kept in large folios (up
-// to 2 MiB), which map and copy faster than the small ones a writer in small
-// pieces leaves, so a data set just written (or paged out and back in)
-// measures differently from one read from disk. Returns the bytes resident
-// before and right after the drop (a file system that keeps its pages, as
-// tmpfs does, drops nothing).
+// one file after another in 512 KiB reads. How pages entered the cache
+// matters: pages read in sequentially are kept in large folios (up to 2 MiB),
+// which map and copy faster than the small ones that pages paged out and
+// faulted back in come in, so the same files measure differently after they
+// have aged in the cache. Returns the bytes resident before and right after
+// the drop: a file system that ignores the request (tmpfs) drops nothing.
 Result<std::pair<uint64_t, uint64_t>> Reread(const std::vector<std::string>& urls) {
+  struct Fd {
+    int fd;
+    ~Fd() { if (fd >= 0) ::close(fd); }
+  };
   std::pair<uint64_t, uint64_t> resident{0, 0};
   std::vector<char> buf(size_t{512} << 10);
   for (const std::string& u : urls) {
     const std::string path = LocalPath(u);
     if (path.empty()) return Status::Config("--reread needs local shards, not " + RedactUrl(u));
-    SHARDSTREAM_ASSIGN_OR_RETURN(uint64_t before, ResidentBytes(path));
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "open " + path);
-    const int err = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (err != 0) {
-      ::close(fd);
-      return Status::FromErrno(err, "posix_fadvise " + path);
-    }
-    auto after = ResidentBytes(path);
-    ssize_t n;
-    while ((n = ::read(fd, buf.data(), buf.size())) > 0) {
-    }
-    const int read_errno = errno;
-    ::close(fd);
-    if (n < 0) return Status::FromErrno(read_errno, "read " + path);
-    if (!after.ok()) return after.status();
+    Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (f.fd < 0) return Status::FromErrno(errno, "open " + path);
+    SHARDSTREAM_ASSIGN_OR_RETURN(uint64_t before, ResidentBytes(f.fd, path));
+    const int err = ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (err != 0) return Status::FromErrno(err, "posix_fadvise " + path);
+    SHARDSTREAM_ASSIGN_OR_RETURN(uint64_t after, ResidentBytes(f.fd, path));
+    for (ssize_t n; (n = ::read(f.fd, buf.data(), buf.size())) != 0;)
+      if (n < 0 && errno != EINTR) return Status::FromErrno(errno, "read " + path);
     resident.first += before;
-    resident.second += *after;
+    resident.second += after;
   }
   return resident;
 }
@@ -507,6 +499,9 @@ int Run(const Args& a) {
     auto r = Reread(urls);
     if (!r.ok()) { std::cerr << "bench-loader: " << r.status() << "\n"; return 1; }
     resident = *r;
+    if (resident.first > 0 && resident.second == resident.first)
+      std::cerr << "bench-loader: --reread: the file system kept every page of the shards "
+                   "(tmpfs does): the figures are on the pages as they were\n";
   }
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s, round_trip_ns;
   double loader_total = 0;
@@ -638,10 +633,12 @@ int Run(const Args& a) {
             << " ns round trip between two CPUs (median of the runs; max "
             << j["cross_core_round_trip_ns_max"].get<double>() << ")"
             << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
-  if (a.reread)
-    std::cout << "page cache:  " << HumanBytes(resident.first - std::min(resident.first, resident.second))
-              << " of the shards' pages dropped and read back in before the warm-up "
-              << "epoch, " << HumanBytes(resident.second) << " kept\n";
+  if (a.reread) {
+    const uint64_t dropped = resident.first - std::min(resident.first, resident.second);
+    std::cout << "page cache:  " << HumanBytes(dropped)
+              << " of the shards' pages dropped and read back in before the warm-up epoch, "
+              << HumanBytes(resident.second) << " kept\n";
+  }
   return 0;
 }
 
@@ -691,7 +688,7 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
                   "plain read and the tar reader then read its entry files)");
   sub->add_flag("--reread", a->reread,
                 "First drop the shards' pages from the page cache and read them back in, file by "
-                "file: figures then do not depend on how the pages entered the cache");
+                "file, so that figures do not depend on how long the pages have been cached");
   sub->add_flag("--loader-only", a->loader_only,
                 "Time only the loader (for profiling; no plain read, no ratios)");
   sub->callback([a] { ExitWith(Run(*a)); });

@@ -174,7 +174,7 @@ TEST_F(LoaderTest, NoThreadBeforeFirstNextAndPromptShutdownWithFullQueue) {
   loader.reset();
   auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_LT(took, std::chrono::seconds(1));
-  EXPECT_EQ(SettledThreadCount(), before);
+  EXPECT_EQ(SettledThreadCount(before), before);
   // The batch outlives the loader (its slot returns to a pool nobody uses).
   EXPECT_EQ(b->rows(), 8);
 }

@@ -73,12 +73,13 @@ int ThreadCount() {
 
 }  // namespace
 
-int SettledThreadCount() {
+int SettledThreadCount(int expect) {
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
   int count = ThreadCount();
   auto still_since = Clock::now();
-  while (Clock::now() < deadline && Clock::now() - still_since < std::chrono::milliseconds(100)) {
+  while (count != expect && Clock::now() < deadline &&
+         Clock::now() - still_since < std::chrono::milliseconds(200)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     int now = ThreadCount();
     if (now != count) {

@@ -31,10 +31,11 @@ std::string CliPath();
 // The Python with the project's test packages (moto, torch, ...): $SHARDSTREAM_PYTHON,
 // else <source>/.venv/bin/python, else python3.
 std::string PythonPath();
-// This process's thread count once it has held still for 100 ms (at most 2 s). A thread
-// that pthread_join has returned for stays counted until the kernel reaps it a moment
-// later, so a plain count right after a join (or a destructor that joins) can be one high.
-int SettledThreadCount();
+// This process's thread count once it has held still for 200 ms, or at once when it is
+// `expect` (at most 3 s either way). A thread that pthread_join has returned for stays
+// counted until the kernel reaps it a moment later, so a plain count right after a join
+// (or a destructor that joins) can be one high.
+int SettledThreadCount(int expect = -1);
 
 }  // namespace shardstream::testing
 
