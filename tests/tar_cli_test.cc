@@ -266,6 +266,21 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
                      fs.f_type == BTRFS_SUPER_MAGIC;
   if (drops && before > 0) EXPECT_LT(after, before);
   EXPECT_GT(j["ratio_to_plain_read"].get<double>(), 0);
+  // Shards not in local files cannot be dropped: an error naming the url,
+  // its credentials redacted, before anything is fetched.
+  const std::string remote = dir.Join("remote.jsonl");
+  testing::WriteFile(
+      remote, R"({"url": "http://user:secret@127.0.0.1:9/s.tar", "size": 10240, "nsamples": 1})"
+              "\n");
+  ASSERT_EQ(RunCommand(Cli() + " bench-loader " + remote +
+                           " --tokens tokens.npy --batch-size 8 --seq-len 128 --runs 1 --reread",
+                       &output),
+            1)
+      << output;
+  EXPECT_NE(output.find("--reread needs local shards, not http://user:REDACTED@127.0.0.1:9/s.tar"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("secret"), std::string::npos) << output;
 
   // --loader-only times the loader alone: no comparison figures at all.
   ASSERT_EQ(RunCommand(run + " --json --loader-only", &output), 0) << output;

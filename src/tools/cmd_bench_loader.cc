@@ -247,20 +247,19 @@ Result<uint64_t> ResidentBytes(int fd, const std::string& path) {
   return resident;
 }
 
-// --reread: drops the files' pages from the page cache and reads them back in,
-// one file after another in 512 KiB reads. How pages entered the cache
-// matters: pages read in sequentially are kept in large folios (up to 2 MiB),
-// which map and copy faster than the small ones that pages paged out and
-// faulted back in come in, so the same files measure differently after they
-// have aged in the cache. Returns the bytes resident before and right after
-// the drop: a file system that ignores the request (tmpfs) drops nothing.
-Result<std::pair<uint64_t, uint64_t>> Reread(const std::vector<std::string>& urls) {
+// --reread, first half: drops the files' pages from the page cache (the
+// caller reads them back in). How pages entered the cache matters: pages read
+// in sequentially are kept in large folios (up to 2 MiB), which map and copy
+// faster than the small ones that pages paged out and faulted back in come
+// in, so the same files measure differently after they have aged in the
+// cache. Returns the bytes resident before and right after the drop: a file
+// system that ignores the request (tmpfs) drops nothing.
+Result<std::pair<uint64_t, uint64_t>> DropPages(const std::vector<std::string>& urls) {
   struct Fd {
     int fd;
     ~Fd() { if (fd >= 0) ::close(fd); }
   };
   std::pair<uint64_t, uint64_t> resident{0, 0};
-  std::vector<char> buf(size_t{512} << 10);
   for (const std::string& u : urls) {
     const std::string path = LocalPath(u);
     if (path.empty()) return Status::Config("--reread needs local shards, not " + RedactUrl(u));
@@ -270,8 +269,6 @@ Result<std::pair<uint64_t, uint64_t>> Reread(const std::vector<std::string>& url
     const int err = ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
     if (err != 0) return Status::FromErrno(err, "posix_fadvise " + path);
     SHARDSTREAM_ASSIGN_OR_RETURN(uint64_t after, ResidentBytes(f.fd, path));
-    for (ssize_t n; (n = ::read(f.fd, buf.data(), buf.size())) != 0;)
-      if (n < 0 && errno != EINTR) return Status::FromErrno(errno, "read " + path);
     resident.first += before;
     resident.second += after;
   }
@@ -496,8 +493,12 @@ int Run(const Args& a) {
   }
   std::pair<uint64_t, uint64_t> resident{0, 0};
   if (a.reread) {
-    auto r = Reread(urls);
-    if (!r.ok()) { std::cerr << "bench-loader: " << r.status() << "\n"; return 1; }
+    // Read back one file after another, through the source, as `cat` would.
+    auto r = DropPages(urls);
+    Result<double> back = r.ok() ? ReadOnThreads(urls, sizes, 1, static_cast<size_t>(*chunk),
+                                                 [](int, const char*, size_t) {})
+                                 : r.status();
+    if (!back.ok()) { std::cerr << "bench-loader: " << back.status() << "\n"; return 1; }
     resident = *r;
     if (resident.first > 0 && resident.second == resident.first)
       std::cerr << "bench-loader: --reread: the file system kept every page of the shards "
