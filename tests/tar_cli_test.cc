@@ -282,6 +282,24 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
       << output;
   EXPECT_EQ(output.find("secret"), std::string::npos) << output;
 
+  // Without --shuffle there is no shuffle's limit to measure.
+  EXPECT_FALSE(j.contains("ideal_shuffled_pack_gb_per_s"));
+  // With it, the same documents copied from the mapped shards in a shuffle
+  // buffer's order and in file order: both figures, and what the loader
+  // makes of the limit. The peak RSS is the loader's epochs' alone, not
+  // that of the mapped shards the limit copies from.
+  ASSERT_EQ(RunCommand(run + " --json --shuffle 16", &output), 0) << output;
+  j = nlohmann::json::parse(output);
+  EXPECT_GT(j["ideal_shuffled_pack_gb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["ideal_mapped_pack_gb_per_s"].get<double>(), 0);
+  EXPECT_LT(j["ideal_shuffle_cost"].get<double>(), 1);
+  EXPECT_GT(j["ratio_to_ideal_shuffled_pack"].get<double>(), 0);
+  EXPECT_GT(j["ratio_ideal_shuffled_pack_to_plain_read"].get<double>(), 0);
+  EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0);
+  EXPECT_FALSE(j.contains("shuffle_limit_error"));
+  ASSERT_EQ(RunCommand(run + " --shuffle 16", &output), 0) << output;
+  EXPECT_NE(output.find("shuffle limit: "), std::string::npos) << output;
+
   // --loader-only times the loader alone: no comparison figures at all.
   ASSERT_EQ(RunCommand(run + " --json --loader-only", &output), 0) << output;
   j = nlohmann::json::parse(output);
@@ -302,6 +320,20 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   EXPECT_EQ(j["cross_core_round_trip_ns"].get<double>(), 0);
   EXPECT_EQ(j["cross_core_round_trip_ns_max"].get<double>(), 0);
   EXPECT_GT(j["loader_file_gb_per_s"].get<double>(), 0);
+
+  // A shard without its sample index: the loader reads it the usual way,
+  // and the shuffle's limit, which needs the index, is reported as not
+  // measured, naming the index, while the rest of the run goes on.
+  std::filesystem::remove(data + "/shard-000000.tar.idx");
+  ASSERT_EQ(RunCommand(run + " --json --shuffle 16", &output), 0) << output;
+  const std::string no_index = output;
+  j = nlohmann::json::parse(output.substr(output.find('{')));
+  EXPECT_NE(j["shuffle_limit_error"].get<std::string>().find("shard-000000.tar.idx"),
+            std::string::npos)
+      << output;
+  EXPECT_FALSE(j.contains("ideal_shuffled_pack_gb_per_s"));
+  EXPECT_GT(j["loader_file_gb_per_s"].get<double>(), 0);
+  EXPECT_NE(no_index.find("the shuffle's limit is not measured"), std::string::npos) << no_index;
 
   // A shard gone: exit 1 naming it.
   std::filesystem::remove(data + "/shard-000000.tar");

@@ -20,16 +20,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "pipeline/fill_seq.h"
+#include "pipeline/shuffle_buffer.h"
 #include "shardstream/decode.h"
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/loader.h"
 #include "shardstream/shard_cache.h"
+#include "shardstream/shard_index.h"
 #include "shardstream/shard_writer.h"
 #include "shardstream/tar_reader.h"
 #include "shardstream/url.h"
@@ -157,10 +160,23 @@ Status MakeData(const Args& a) {
   return w->Close();
 }
 
+// The process's peak resident memory since the last ResetPeakRss (VmHWM;
+// getrusage's figure cannot be reset, and keeps the peak of every thread
+// that has exited). 0 where /proc is not there.
 int64_t PeakRssBytes() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
+// So that the peak is the loader's epochs' alone, not that of the
+// comparisons measured between them (the shuffle's limit maps whole shards).
+// Where /proc/self/clear_refs cannot be written the peak is the process's.
+void ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
 }
 
 // `threads` threads reading every file in `chunk` reads, thread t the t-th
@@ -343,6 +359,131 @@ Result<double> IdealPackSeconds(const std::vector<std::string>& urls,
   });
 }
 
+// Each shard's token documents (--shuffle's limit): where their values lie,
+// from the shards' version 2 sample indexes, read before any clock starts.
+struct TokenDocs {
+  struct Doc {
+    uint64_t at = 0, bytes = 0;
+  };
+  std::vector<std::vector<Doc>> per_file;
+  size_t value_bytes = 4;
+};
+
+Result<TokenDocs> ReadTokenDocs(const std::vector<std::string>& urls, const std::string& field) {
+  TokenDocs d;
+  for (const std::string& u : urls) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(SampleIndex index, ReadSampleIndex(u));
+    if (!index.has_fields() || index.compressed)
+      return Status::Config("the shuffle's limit needs uncompressed shards with version 2 sample "
+                            "indexes (`shardstream index`), and " + RedactUrl(u) + " has none");
+    std::vector<TokenDocs::Doc>& docs = d.per_file.emplace_back();
+    for (const SampleIndexEntry& e : index.samples)
+      for (uint32_t f = 0; f < e.nfields; ++f) {
+        const SampleIndexField& x = index.fields[e.first_field + f];
+        if (x.name != field || x.ndim != 1) continue;
+        d.value_bytes = DTypeSize(x.dtype);
+        docs.push_back(TokenDocs::Doc{x.payload, x.count * d.value_bytes});
+      }
+  }
+  return d;
+}
+
+// The least memory work shuffled token batches need, with no loader: every
+// document's values copied from its mapped shard (MapView, as the loader's
+// shuffled path reads) into [batch, seq_len] slots (three per thread,
+// reused), in the order a `shuffle`-document buffer lets them out (the
+// loader's ShuffleBuffer), or in file order with shuffle <= 1; plus the
+// doc_ids and positions when `metadata`. Thread t takes files t, t +
+// threads, ...; each maps its files within the clock, as the loader does
+// every epoch. The two orders side by side say what the shuffle costs the
+// memory system alone: shuffled documents lie apart, and every one of them
+// starts with a wait on memory that a copy in file order does not have.
+Result<double> MappedPackSeconds(const std::vector<std::string>& urls, const TokenDocs& docs,
+                                 int threads, int64_t batch, int64_t seq_len, int64_t shuffle,
+                                 bool metadata, uint64_t* copied) {
+  const size_t slot = static_cast<size_t>(batch * seq_len);
+  std::vector<Status> failed(static_cast<size_t>(threads));
+  std::vector<uint64_t> bytes(static_cast<size_t>(threads), 0);
+  struct Lane {
+    std::vector<char> tok;                 // three slots, touched before timing
+    std::vector<int32_t> doc, pos;
+    size_t at = 0;                         // next token in the three slots
+    int32_t doc_id = 0;
+  };
+  std::vector<Lane> lanes(static_cast<size_t>(threads));
+  for (Lane& l : lanes) {
+    l.tok.assign(3 * slot * docs.value_bytes, 0);
+    if (metadata) l.doc.assign(3 * slot, 0), l.pos.assign(3 * slot, 0);
+  }
+  struct Item {
+    const char* p = nullptr;
+    uint64_t bytes = 0;
+    size_t file = 0;  // in the thread's open files
+  };
+  const auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      Lane& l = lanes[static_cast<size_t>(t)];
+      const size_t vb = docs.value_bytes;
+      // A file's mapping goes once its last document is copied, so the
+      // pages it touched leave this process (its peak RSS is the loader's).
+      struct Open {
+        std::unique_ptr<RandomAccessFile> file;
+        size_t left = 0;  // documents not yet copied
+      };
+      std::vector<Open> open;
+      auto copy = [&](const Item& it) {
+        const size_t total = static_cast<size_t>(it.bytes / vb);
+        for (size_t done = 0; done < total;) {
+          const size_t k = std::min(total - done, 3 * slot - l.at);
+          std::memcpy(l.tok.data() + l.at * vb, it.p + done * vb, k * vb);
+          if (metadata) {
+            internal::FillSeq(l.doc.data() + l.at, l.doc_id, 0, k);
+            internal::FillSeq(l.pos.data() + l.at, static_cast<int32_t>(done), 1, k);
+          }
+          done += k;
+          l.at = (l.at + k) % (3 * slot);
+        }
+        ++l.doc_id;
+        bytes[static_cast<size_t>(t)] += it.bytes;
+        if (--open[it.file].left == 0) open[it.file].file.reset();  // unmapped
+      };
+      internal::ShuffleBuffer<Item> buffer(static_cast<size_t>(std::max<int64_t>(shuffle, 1)),
+                                           static_cast<size_t>(std::max<int64_t>(shuffle, 1)), 0,
+                                           static_cast<uint64_t>(t));
+      Item in, out;
+      for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(threads)) {
+        if (docs.per_file[i].empty()) continue;
+        auto f = DefaultSource()->OpenRandomAccess(urls[i]);
+        auto v = f.ok() ? (*f)->MapView() : f.status();
+        if (!v.ok()) {
+          failed[static_cast<size_t>(t)] = v.status().WithContext("mapping " + RedactUrl(urls[i]));
+          return;
+        }
+        open.push_back(Open{std::move(*f), docs.per_file[i].size()});
+        for (const TokenDocs::Doc& d : docs.per_file[i]) {
+          if (d.at > v->size || v->size - d.at < d.bytes) {
+            failed[static_cast<size_t>(t)] =
+                Status::Corrupt("shard " + RedactUrl(urls[i]) + " is shorter than its sample index "
+                                "says (a document at byte " + std::to_string(d.at) + ")");
+            return;
+          }
+          in = Item{v->data + d.at, d.bytes, open.size() - 1};
+          if (buffer.Put(&in, &out)) copy(out);
+        }
+      }
+      while (buffer.Drain(&out)) copy(out);
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double seconds = Since(t0);
+  for (const Status& s : failed) SHARDSTREAM_RETURN_IF_ERROR(s);
+  *copied = 0;
+  for (uint64_t b : bytes) *copied += b;
+  return seconds;
+}
+
 // The round trip of one cache line between two threads pinned to the first
 // two CPUs this process may use, in ns (0, not measured, with fewer than two
 // CPUs or when one of them was not free for a second). A VM's
@@ -504,7 +645,23 @@ int Run(const Args& a) {
       std::cerr << "bench-loader: --reread: the file system kept every page of the shards "
                    "(tmpfs does): the figures are on the pages as they were\n";
   }
+  // With --shuffle, the shuffle's limit: the same documents copied from the
+  // mapped shards in the buffer's order and in file order (MappedPackSeconds).
+  TokenDocs token_docs;
+  std::string limit_error;
+  const bool limit = !a.loader_only && !a.tokens_field.empty() && a.shuffle > 1;
+  if (limit) {
+    auto d = ReadTokenDocs(urls, a.tokens_field);
+    if (d.ok()) {
+      token_docs = std::move(*d);
+    } else {
+      limit_error = d.status().ToString();
+      std::cerr << "bench-loader: the shuffle's limit is not measured: " << limit_error << "\n";
+    }
+  }
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s, round_trip_ns;
+  std::vector<double> mapped_s, shuffled_s;
+  int64_t peak_rss = 0;  // of the loader's epochs
   double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
@@ -524,8 +681,24 @@ int Run(const Args& a) {
         if (!i.ok()) { std::cerr << "bench-loader: " << i.status() << "\n"; return 1; }
         ideal = *i;
       }
+      if (limit && limit_error.empty()) {
+        uint64_t in_order = 0, shuffled = 0;
+        auto m = MappedPackSeconds(urls, token_docs, a.threads, a.batch_size, a.seq_len, 1,
+                                   !a.no_metadata, &in_order);
+        auto sh = m.ok() ? MappedPackSeconds(urls, token_docs, a.threads, a.batch_size, a.seq_len,
+                                             a.shuffle, !a.no_metadata, &shuffled)
+                         : m;
+        if (!sh.ok()) { std::cerr << "bench-loader: " << sh.status() << "\n"; return 1; }
+        if (in_order != shuffled || in_order == 0) {
+          std::cerr << "bench-loader: the shuffle's limit copied " << shuffled << " bytes, "
+                    << in_order << " in file order\n";
+          return 1;
+        }
+        if (run > 0) mapped_s.push_back(*m), shuffled_s.push_back(*sh);
+      }
     }
     (void)(*loader)->set_epoch(run);
+    ResetPeakRss();
     const double cpu0 = CpuSeconds();
     const auto t0 = Clock::now();
     uint64_t nb = 0, ns = 0, tb = 0;
@@ -539,6 +712,7 @@ int Run(const Args& a) {
     }
     double lt = Since(t0);
     const double cpu = CpuSeconds() - cpu0;
+    peak_rss = std::max(peak_rss, PeakRssBytes());
     loader_total += lt;
     if (run == 0) continue;
     // 0: not measured, left out of the median.
@@ -587,7 +761,7 @@ int Run(const Args& a) {
       {"cross_core_round_trip_ns", Median(round_trip_ns)},
       {"cross_core_round_trip_ns_max",
        round_trip_ns.empty() ? 0 : *std::max_element(round_trip_ns.begin(), round_trip_ns.end())},
-      {"peak_rss_bytes", PeakRssBytes()},
+      {"peak_rss_bytes", peak_rss},
   };
   j["page_cache"] = a.reread ? "reread" : "as found";
   if (a.reread) {
@@ -610,6 +784,16 @@ int Run(const Args& a) {
       j["ideal_pack_gb_per_s"] = ideal_gbs;
       j["ratio_ideal_pack_to_plain_read"] = ideal_gbs / plain_gbs;
     }
+    if (!limit_error.empty()) j["shuffle_limit_error"] = limit_error;
+    if (!shuffled_s.empty()) {
+      const double in_order = static_cast<double>(file_bytes) / Median(mapped_s) / 1e9;
+      const double shuffled = static_cast<double>(file_bytes) / Median(shuffled_s) / 1e9;
+      j["ideal_mapped_pack_gb_per_s"] = in_order;
+      j["ideal_shuffled_pack_gb_per_s"] = shuffled;
+      j["ideal_shuffle_cost"] = 1 - shuffled / in_order;
+      j["ratio_ideal_shuffled_pack_to_plain_read"] = shuffled / plain_gbs;
+      j["ratio_to_ideal_shuffled_pack"] = loader_gbs / shuffled;
+    }
   }
   if (a.json) {
     std::cout << j.dump(2) << "\n";
@@ -624,6 +808,13 @@ int Run(const Args& a) {
     if (ideal_gbs > 0)
       std::cout << "ideal pack:  " << ideal_gbs << " GB/s  (ideal/plain " << ideal_gbs / plain_gbs
                 << "; read + copy + metadata, no parsing)\n";
+    if (j.contains("ideal_shuffled_pack_gb_per_s"))
+      std::cout << "shuffle limit: " << j["ideal_shuffled_pack_gb_per_s"].get<double>()
+                << " GB/s copying the documents from the mapped shards in a " << a.shuffle
+                << "-document buffer's order, " << j["ideal_mapped_pack_gb_per_s"].get<double>()
+                << " in file order (the shuffle costs the memory system alone "
+                << 100 * j["ideal_shuffle_cost"].get<double>() << "%; loader/limit "
+                << j["ratio_to_ideal_shuffled_pack"].get<double>() << ")\n";
     std::cout << "tar reader:  " << reader_sps << " samples/s (loader/reader "
               << j["ratio_to_tar_reader_samples"].get<double>() << ")\n";
   }
@@ -633,7 +824,7 @@ int Run(const Args& a) {
             << "\ncross-core:  " << j["cross_core_round_trip_ns"].get<double>()
             << " ns round trip between two CPUs (median of the runs; max "
             << j["cross_core_round_trip_ns_max"].get<double>() << ")"
-            << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(PeakRssBytes())) << "\n";
+            << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(peak_rss)) << "\n";
   if (a.reread) {
     const uint64_t dropped = resident.first - std::min(resident.first, resident.second);
     std::cout << "page cache:  " << HumanBytes(dropped)
