@@ -255,7 +255,7 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   // was just read, so its pages are in the cache (unless reclaimed since),
   // and the file systems that drop clean pages on request drop some.
   ASSERT_EQ(RunCommand(run + " --json --reread", &output), 0) << output;
-  j = nlohmann::json::parse(output);
+  j = nlohmann::json::parse(output.substr(output.find('{')));  // after a tmpfs warning
   EXPECT_EQ(j["page_cache"], "reread");
   const auto before = j["resident_bytes_before_drop"].get<uint64_t>();
   const auto after = j["resident_bytes_after_drop"].get<uint64_t>();
@@ -296,7 +296,11 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   EXPECT_GT(j["ratio_to_ideal_shuffled_pack"].get<double>(), 0);
   EXPECT_GT(j["ratio_ideal_shuffled_pack_to_plain_read"].get<double>(), 0);
   EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE(j["peak_rss_of"] == "loader epochs" || j["peak_rss_of"] == "process") << j;
   EXPECT_FALSE(j.contains("shuffle_limit_error"));
+  // Every document the set holds, copied once in each order.
+  EXPECT_EQ(j["shuffle_limit_documents"].get<int64_t>(), 400);
+  EXPECT_GE(j["shuffle_limit_bytes"].get<int64_t>(), 400 * 4);
   ASSERT_EQ(RunCommand(run + " --shuffle 16", &output), 0) << output;
   EXPECT_NE(output.find("shuffle limit: "), std::string::npos) << output;
 

@@ -5,6 +5,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace shardstream::tools {
@@ -26,6 +30,28 @@ inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The process's peak resident memory (VmHWM) since the last ResetPeakRss;
+// getrusage's figure, which cannot be reset, where /proc is not there.
+inline int64_t PeakRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+// Starts the peak over from the memory resident now (/proc/self/clear_refs),
+// so that a phase's peak leaves out what came before it; false where that
+// cannot be done (no /proc, or a kernel or sandbox that refuses it).
+inline bool ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return out.good();
 }
 
 }  // namespace shardstream::tools

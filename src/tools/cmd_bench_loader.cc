@@ -160,25 +160,6 @@ Status MakeData(const Args& a) {
   return w->Close();
 }
 
-// The process's peak resident memory since the last ResetPeakRss (VmHWM;
-// getrusage's figure cannot be reset, and keeps the peak of every thread
-// that has exited). 0 where /proc is not there.
-int64_t PeakRssBytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
-  return 0;
-}
-
-// So that the peak is the loader's epochs' alone, not that of the
-// comparisons measured between them (the shuffle's limit maps whole shards).
-// Where /proc/self/clear_refs cannot be written the peak is the process's.
-void ResetPeakRss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-}
-
 // `threads` threads reading every file in `chunk` reads, thread t the t-th
 // of `threads` equal parts of each (so every thread reads the same number
 // of bytes whatever the files' count and sizes), handing each read to
@@ -360,31 +341,52 @@ Result<double> IdealPackSeconds(const std::vector<std::string>& urls,
 }
 
 // Each shard's token documents (--shuffle's limit): where their values lie,
-// from the shards' version 2 sample indexes, read before any clock starts.
+// from the shards' version 2 sample indexes, read before any clock starts
+// (16 bytes a document, kept for the run).
 struct TokenDocs {
   struct Doc {
     uint64_t at = 0, bytes = 0;
   };
   std::vector<std::vector<Doc>> per_file;
-  size_t value_bytes = 4;
+  size_t value_bytes = 0;
+  uint64_t documents = 0;
 };
 
-Result<TokenDocs> ReadTokenDocs(const std::vector<std::string>& urls, const std::string& field) {
+// `index_urls[i]`: where shard i's index is (its own url; through a shard
+// cache the cached file, `map_urls[i]`, has none beside it).
+Result<TokenDocs> ReadTokenDocs(const std::vector<std::string>& index_urls,
+                                const std::vector<std::string>& map_urls,
+                                const std::string& field) {
   TokenDocs d;
-  for (const std::string& u : urls) {
+  for (size_t i = 0; i < index_urls.size(); ++i) {
+    const std::string& u = index_urls[i];
+    if (LocalPath(map_urls[i]).empty())
+      return Status::Config("the shuffle's limit maps local shards, and " +
+                            RedactUrl(map_urls[i]) + " is not one");
     SHARDSTREAM_ASSIGN_OR_RETURN(SampleIndex index, ReadSampleIndex(u));
-    if (!index.has_fields() || index.compressed)
-      return Status::Config("the shuffle's limit needs uncompressed shards with version 2 sample "
-                            "indexes (`shardstream index`), and " + RedactUrl(u) + " has none");
+    if (index.compressed)
+      return Status::Config("the shuffle's limit needs uncompressed shards, and " + RedactUrl(u) +
+                            " is compressed");
+    if (!index.samples.empty() && index.fields.empty())
+      return Status::Config("the shuffle's limit needs version 2 sample indexes "
+                            "(`shardstream index`), and " + RedactUrl(u) + "'s is version 1");
     std::vector<TokenDocs::Doc>& docs = d.per_file.emplace_back();
     for (const SampleIndexEntry& e : index.samples)
       for (uint32_t f = 0; f < e.nfields; ++f) {
         const SampleIndexField& x = index.fields[e.first_field + f];
         if (x.name != field || x.ndim != 1) continue;
-        d.value_bytes = DTypeSize(x.dtype);
-        docs.push_back(TokenDocs::Doc{x.payload, x.count * d.value_bytes});
+        const size_t vb = DTypeSize(x.dtype);
+        if (d.value_bytes != 0 && vb != d.value_bytes)
+          return Status::Config("the shuffle's limit needs one dtype for every document, and " +
+                                RedactUrl(u) + "'s sample '" + e.key + "' has another");
+        d.value_bytes = vb;
+        docs.push_back(TokenDocs::Doc{x.payload, x.count * vb});
+        ++d.documents;
       }
   }
+  if (d.documents == 0)
+    return Status::Config("the shuffle's limit found no 1-D " + field + " array in the shards' "
+                          "indexes");
   return d;
 }
 
@@ -393,94 +395,128 @@ Result<TokenDocs> ReadTokenDocs(const std::vector<std::string>& urls, const std:
 // shuffled path reads) into [batch, seq_len] slots (three per thread,
 // reused), in the order a `shuffle`-document buffer lets them out (the
 // loader's ShuffleBuffer), or in file order with shuffle <= 1; plus the
-// doc_ids and positions when `metadata`. Thread t takes files t, t +
-// threads, ...; each maps its files within the clock, as the loader does
-// every epoch. The two orders side by side say what the shuffle costs the
-// memory system alone: shuffled documents lie apart, and every one of them
-// starts with a wait on memory that a copy in file order does not have.
+// doc_ids and positions when `metadata`. Thread t takes the t-th of
+// `threads` equal parts of every file's documents (as the plain read splits
+// the bytes), and draws from `open` files at a time, one document from each
+// in turn, as the loader's lanes feed its buffer. The mappings are made
+// within the clock, as the loader makes them every epoch. The two orders
+// side by side say what the shuffle costs the memory system alone:
+// shuffled documents lie apart, and every one of them starts with a wait on
+// memory that a copy in file order does not have.
 Result<double> MappedPackSeconds(const std::vector<std::string>& urls, const TokenDocs& docs,
-                                 int threads, int64_t batch, int64_t seq_len, int64_t shuffle,
-                                 bool metadata, uint64_t* copied) {
+                                 int threads, int open_files, int64_t batch, int64_t seq_len,
+                                 int64_t shuffle, bool metadata, uint64_t* copied) {
   const size_t slot = static_cast<size_t>(batch * seq_len);
-  std::vector<Status> failed(static_cast<size_t>(threads));
-  std::vector<uint64_t> bytes(static_cast<size_t>(threads), 0);
-  struct Lane {
-    std::vector<char> tok;                 // three slots, touched before timing
+  const size_t vb = docs.value_bytes;
+  const size_t nt = static_cast<size_t>(threads);
+  std::vector<Status> failed(nt);
+  struct alignas(64) Lane {
+    std::vector<char> tok;  // three slots, touched before timing
     std::vector<int32_t> doc, pos;
-    size_t at = 0;                         // next token in the three slots
-    int32_t doc_id = 0;
+    uint64_t bytes = 0;
   };
-  std::vector<Lane> lanes(static_cast<size_t>(threads));
+  std::vector<Lane> lanes(nt);
   for (Lane& l : lanes) {
-    l.tok.assign(3 * slot * docs.value_bytes, 0);
+    l.tok.assign(3 * slot * vb, 0);
     if (metadata) l.doc.assign(3 * slot, 0), l.pos.assign(3 * slot, 0);
   }
   struct Item {
     const char* p = nullptr;
     uint64_t bytes = 0;
-    size_t file = 0;  // in the thread's open files
+    size_t file = 0;
   };
   const auto t0 = Clock::now();
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
+  for (size_t t = 0; t < nt; ++t) {
     pool.emplace_back([&, t] {
-      Lane& l = lanes[static_cast<size_t>(t)];
-      const size_t vb = docs.value_bytes;
-      // A file's mapping goes once its last document is copied, so the
-      // pages it touched leave this process (its peak RSS is the loader's).
-      struct Open {
+      Lane& l = lanes[t];
+      char* const tok = l.tok.data();
+      size_t at = 0;  // next token in the three slots
+      int32_t doc_id = 0;
+      uint64_t bytes = 0;
+      // A file's mapping goes once its last document here is copied, so
+      // the pages it touched leave this process.
+      struct File {
         std::unique_ptr<RandomAccessFile> file;
-        size_t left = 0;  // documents not yet copied
+        const char* data = nullptr;
+        size_t next = 0, end = 0;  // its documents of this thread's part
+        size_t left = 0;           // not yet copied
       };
-      std::vector<Open> open;
+      std::vector<File> files(urls.size());
       auto copy = [&](const Item& it) {
         const size_t total = static_cast<size_t>(it.bytes / vb);
         for (size_t done = 0; done < total;) {
-          const size_t k = std::min(total - done, 3 * slot - l.at);
-          std::memcpy(l.tok.data() + l.at * vb, it.p + done * vb, k * vb);
+          const size_t k = std::min(total - done, 3 * slot - at);
+          std::memcpy(tok + at * vb, it.p + done * vb, k * vb);
           if (metadata) {
-            internal::FillSeq(l.doc.data() + l.at, l.doc_id, 0, k);
-            internal::FillSeq(l.pos.data() + l.at, static_cast<int32_t>(done), 1, k);
+            internal::FillSeq(l.doc.data() + at, doc_id, 0, k);
+            internal::FillSeq(l.pos.data() + at, static_cast<int32_t>(done), 1, k);
           }
           done += k;
-          l.at = (l.at + k) % (3 * slot);
+          at = (at + k) % (3 * slot);
         }
-        ++l.doc_id;
-        bytes[static_cast<size_t>(t)] += it.bytes;
-        if (--open[it.file].left == 0) open[it.file].file.reset();  // unmapped
+        ++doc_id;
+        bytes += it.bytes;
+        if (--files[it.file].left == 0) files[it.file].file.reset();  // unmapped
+      };
+      auto open = [&](size_t i) -> Status {
+        File& f = files[i];
+        const size_t n = docs.per_file[i].size();
+        f.next = n * t / nt;
+        f.end = n * (t + 1) / nt;
+        f.left = f.end - f.next;
+        if (f.left == 0) return Status::OK();
+        SHARDSTREAM_ASSIGN_OR_RETURN(f.file, DefaultSource()->OpenRandomAccess(urls[i]));
+        auto v = f.file->MapView();
+        if (!v.ok()) return v.status().WithContext("mapping " + RedactUrl(urls[i]));
+        for (size_t k = f.next; k < f.end; ++k) {
+          const TokenDocs::Doc& d = docs.per_file[i][k];
+          if (d.at > v->size || v->size - d.at < d.bytes)
+            return Status::Corrupt("shard " + RedactUrl(urls[i]) + " is shorter than its sample "
+                                   "index says (a document at byte " + std::to_string(d.at) +
+                                   ")");
+        }
+        f.data = v->data;
+        return Status::OK();
       };
       internal::ShuffleBuffer<Item> buffer(static_cast<size_t>(std::max<int64_t>(shuffle, 1)),
                                            static_cast<size_t>(std::max<int64_t>(shuffle, 1)), 0,
-                                           static_cast<uint64_t>(t));
+                                           t);
+      std::vector<size_t> active;  // files drawn from, in turn
+      size_t next_file = 0, turn = 0;
       Item in, out;
-      for (size_t i = static_cast<size_t>(t); i < urls.size(); i += static_cast<size_t>(threads)) {
-        if (docs.per_file[i].empty()) continue;
-        auto f = DefaultSource()->OpenRandomAccess(urls[i]);
-        auto v = f.ok() ? (*f)->MapView() : f.status();
-        if (!v.ok()) {
-          failed[static_cast<size_t>(t)] = v.status().WithContext("mapping " + RedactUrl(urls[i]));
-          return;
-        }
-        open.push_back(Open{std::move(*f), docs.per_file[i].size()});
-        for (const TokenDocs::Doc& d : docs.per_file[i]) {
-          if (d.at > v->size || v->size - d.at < d.bytes) {
-            failed[static_cast<size_t>(t)] =
-                Status::Corrupt("shard " + RedactUrl(urls[i]) + " is shorter than its sample index "
-                                "says (a document at byte " + std::to_string(d.at) + ")");
+      while (true) {
+        while (active.size() < static_cast<size_t>(std::max(open_files, 1)) &&
+               next_file < urls.size()) {
+          Status s = open(next_file);
+          if (!s.ok()) {
+            failed[t] = std::move(s);
             return;
           }
-          in = Item{v->data + d.at, d.bytes, open.size() - 1};
-          if (buffer.Put(&in, &out)) copy(out);
+          if (files[next_file].left > 0) active.push_back(next_file);
+          ++next_file;
         }
+        if (active.empty()) break;
+        turn %= active.size();
+        File& f = files[active[turn]];
+        const TokenDocs::Doc& d = docs.per_file[active[turn]][f.next];
+        in = Item{f.data + d.at, d.bytes, active[turn]};
+        if (++f.next == f.end) {
+          active.erase(active.begin() + static_cast<std::ptrdiff_t>(turn));
+        } else {
+          ++turn;
+        }
+        if (buffer.Put(&in, &out)) copy(out);
       }
       while (buffer.Drain(&out)) copy(out);
+      l.bytes = bytes;
     });
   }
   for (auto& th : pool) th.join();
   const double seconds = Since(t0);
   for (const Status& s : failed) SHARDSTREAM_RETURN_IF_ERROR(s);
   *copied = 0;
-  for (uint64_t b : bytes) *copied += b;
+  for (const Lane& l : lanes) *copied += l.bytes;
   return seconds;
 }
 
@@ -604,6 +640,7 @@ int Run(const Args& a) {
     sizes.push_back(e.size);
     file_bytes += static_cast<uint64_t>(std::max<int64_t>(e.size, 0));
   }
+  std::vector<std::string> shard_urls = urls;
   if (!a.cache_dir.empty()) {
     ShardCacheOptions co;
     co.dir = a.cache_dir;
@@ -630,6 +667,7 @@ int Run(const Args& a) {
       if (b->empty()) break;
     }
     o.cache->WaitIdle();
+    shard_urls = urls;  // their indexes are there, not beside the entries
     for (std::string& u : urls) u = a.cache_dir + "/" + CacheKey(u) + ".shard";
   }
   std::pair<uint64_t, uint64_t> resident{0, 0};
@@ -651,7 +689,7 @@ int Run(const Args& a) {
   std::string limit_error;
   const bool limit = !a.loader_only && !a.tokens_field.empty() && a.shuffle > 1;
   if (limit) {
-    auto d = ReadTokenDocs(urls, a.tokens_field);
+    auto d = ReadTokenDocs(shard_urls, urls, a.tokens_field);
     if (d.ok()) {
       token_docs = std::move(*d);
     } else {
@@ -662,6 +700,8 @@ int Run(const Args& a) {
   std::vector<double> plain_s, reader_s, loader_s, loader_cores, ideal_s, round_trip_ns;
   std::vector<double> mapped_s, shuffled_s;
   int64_t peak_rss = 0;  // of the loader's epochs
+  bool peak_reset = true;  // false: the process's peak
+  uint64_t limit_bytes = 0;
   double loader_total = 0;
   uint64_t batches = 0, samples = 0, tensor_bytes = 0, reader_samples = 0;
   for (int run = 0; run <= a.runs; ++run) {  // run 0 warms the page cache
@@ -682,23 +722,33 @@ int Run(const Args& a) {
         ideal = *i;
       }
       if (limit && limit_error.empty()) {
+        // A failure here leaves the limit out (said why), not the run.
         uint64_t in_order = 0, shuffled = 0;
-        auto m = MappedPackSeconds(urls, token_docs, a.threads, a.batch_size, a.seq_len, 1,
-                                   !a.no_metadata, &in_order);
-        auto sh = m.ok() ? MappedPackSeconds(urls, token_docs, a.threads, a.batch_size, a.seq_len,
-                                             a.shuffle, !a.no_metadata, &shuffled)
+        auto m = MappedPackSeconds(urls, token_docs, a.threads, a.open_shards, a.batch_size,
+                                   a.seq_len, 1, !a.no_metadata, &in_order);
+        auto sh = m.ok() ? MappedPackSeconds(urls, token_docs, a.threads, a.open_shards,
+                                             a.batch_size, a.seq_len, a.shuffle, !a.no_metadata,
+                                             &shuffled)
                          : m;
-        if (!sh.ok()) { std::cerr << "bench-loader: " << sh.status() << "\n"; return 1; }
-        if (in_order != shuffled || in_order == 0) {
-          std::cerr << "bench-loader: the shuffle's limit copied " << shuffled << " bytes, "
-                    << in_order << " in file order\n";
-          return 1;
+        if (!sh.ok()) {
+          limit_error = sh.status().ToString();
+        } else if (in_order != shuffled) {
+          limit_error = "the shuffled copy moved " + std::to_string(shuffled) + " bytes, the " +
+                        "copy in file order " + std::to_string(in_order);
+        } else if (run > 0) {
+          mapped_s.push_back(*m);
+          shuffled_s.push_back(*sh);
+          limit_bytes = in_order;
         }
-        if (run > 0) mapped_s.push_back(*m), shuffled_s.push_back(*sh);
+        if (!limit_error.empty()) {
+          std::cerr << "bench-loader: the shuffle's limit is not measured: " << limit_error << "\n";
+          mapped_s.clear();
+          shuffled_s.clear();
+        }
       }
     }
     (void)(*loader)->set_epoch(run);
-    ResetPeakRss();
+    peak_reset = ResetPeakRss() && peak_reset;
     const double cpu0 = CpuSeconds();
     const auto t0 = Clock::now();
     uint64_t nb = 0, ns = 0, tb = 0;
@@ -762,6 +812,7 @@ int Run(const Args& a) {
       {"cross_core_round_trip_ns_max",
        round_trip_ns.empty() ? 0 : *std::max_element(round_trip_ns.begin(), round_trip_ns.end())},
       {"peak_rss_bytes", peak_rss},
+      {"peak_rss_of", peak_reset ? "loader epochs" : "process"},
   };
   j["page_cache"] = a.reread ? "reread" : "as found";
   if (a.reread) {
@@ -793,6 +844,8 @@ int Run(const Args& a) {
       j["ideal_shuffle_cost"] = 1 - shuffled / in_order;
       j["ratio_ideal_shuffled_pack_to_plain_read"] = shuffled / plain_gbs;
       j["ratio_to_ideal_shuffled_pack"] = loader_gbs / shuffled;
+      j["shuffle_limit_documents"] = token_docs.documents;
+      j["shuffle_limit_bytes"] = limit_bytes;
     }
   }
   if (a.json) {
@@ -824,7 +877,8 @@ int Run(const Args& a) {
             << "\ncross-core:  " << j["cross_core_round_trip_ns"].get<double>()
             << " ns round trip between two CPUs (median of the runs; max "
             << j["cross_core_round_trip_ns_max"].get<double>() << ")"
-            << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(peak_rss)) << "\n";
+            << "\npeak RSS:    " << HumanBytes(static_cast<uint64_t>(peak_rss))
+            << (peak_reset ? " (the loader's epochs)" : " (the process)") << "\n";
   if (a.reread) {
     const uint64_t dropped = resident.first - std::min(resident.first, resident.second);
     std::cout << "page cache:  " << HumanBytes(dropped)
