@@ -143,8 +143,12 @@ def test_a_multi_gib_shard_streams_across_credential_expiries(moto, tmp_path, mo
             with urllib.request.urlopen(req) as r:
                 return json.load(r)
         post("/rate", {"bytes_per_s": 160 * 1000 * 1000})
+        # The test's metadata server mints each answer with an STS call to moto, which is busy
+        # serving the 2 GiB GET: on 2 loaded cores an answer can take longer than the 1 s a real
+        # instance's gets (the default timeout), so this test allows more.
         clean_aws_env(monkeypatch, AWS_EC2_METADATA_DISABLED=None,
-                      AWS_EC2_METADATA_SERVICE_ENDPOINT=imds, AWS_ENDPOINT_URL_S3=proxy)
+                      AWS_EC2_METADATA_SERVICE_ENDPOINT=imds, AWS_ENDPOINT_URL_S3=proxy,
+                      AWS_METADATA_SERVICE_TIMEOUT="10", AWS_METADATA_SERVICE_NUM_ATTEMPTS="3")
         # 6 s in, the download's first credentials have expired: break it 300 MB later.
         timer = threading.Timer(6.0, post, args=("/reset_after", {"bytes": 300 * 1000 * 1000}))
         # One GET, so that its own connection is the one reset after the expiry (ranged parts
