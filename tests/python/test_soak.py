@@ -45,9 +45,24 @@ def test_a_short_soak_loses_and_repeats_nothing(tmp_path):
     # The checker: a committed step's line taken out is lost documents ...
     out = work / "out"
     lines = (out / "rank0.jsonl").read_text().splitlines(keepends=True)
-    steps = [i for i, ln in enumerate(lines)
-             if json.loads(ln)["kind"] == "step" and json.loads(ln)["keys"]]
-    last = steps[-1]  # of the final life: committed (and not a batch of padding)
+    events = [json.loads(ln) for ln in lines]
+    # The last step with documents that no later life rolled back (the checker's rule): the
+    # file's last such step may be one a resume rolled back, and the final life's may all be
+    # padding.
+    lives, resumed = [], {}
+    for e in events:
+        life = (e["attempt"], e["restart"])
+        if e["kind"] == "start" and life not in lives:
+            lives.append(life)
+        if e["kind"] == "resumed":
+            resumed.setdefault(life, e["step"])
+    horizon, upto = float("inf"), {}
+    for life in reversed(lives):
+        upto[life] = horizon
+        horizon = min(horizon, resumed.get(life, horizon))
+    steps = [i for i, e in enumerate(events) if e["kind"] == "step" and e["keys"]
+             and e["step"] <= upto[(e["attempt"], e["restart"])]]
+    last = steps[-1]  # committed, and not a batch of padding
     keys = json.loads(lines[last])["keys"]
     assert keys
     damaged = tmp_path / "damaged"
