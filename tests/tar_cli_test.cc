@@ -325,6 +325,26 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   EXPECT_EQ(j["cross_core_round_trip_ns_max"].get<double>(), 0);
   EXPECT_GT(j["loader_file_gb_per_s"].get<double>(), 0);
 
+  // A shard replaced after it was indexed, by a shorter tar that is whole:
+  // the limit finds its index stale (naming it and both sizes) and is not
+  // measured, the run goes on, and the loader refuses the shard against its
+  // manifest entry.
+  {
+    const std::string shard = data + "/shard-000000.tar";
+    std::filesystem::rename(shard, shard + ".kept");
+    const std::string whole = testing::TarBuilder().File("a.txt", "hello").End().bytes();
+    testing::WriteFile(shard, whole);
+    EXPECT_EQ(RunCommand(run + " --json --shuffle 16", &output), 1) << output;
+    EXPECT_NE(output.find("the shuffle's limit is not measured: corrupt: sample index " + shard +
+                          ".idx is stale: it describes "),
+              std::string::npos)
+        << output;
+    EXPECT_NE(output.find("the shard has " + std::to_string(whole.size())), std::string::npos)
+        << output;
+    EXPECT_NE(output.find("its manifest entry says"), std::string::npos) << output;
+    std::filesystem::rename(shard + ".kept", shard);
+  }
+
   // A shard without its sample index: the loader reads it the usual way,
   // and the shuffle's limit, which needs the index, is reported as not
   // measured, naming the index, while the rest of the run goes on.

@@ -239,12 +239,25 @@ Status SampleBatcher::Flush(bool drop) {
 
 Status SampleBatcher::Pad(int64_t batches) {
   if (batches <= 0) return Status::OK();
-  if (!slots_.ready())
-    return Status(StatusCode::kConfig,
-                  "loader: no sample of this consumer's share was batched (all skipped under "
-                  "error_policy), so there are no shapes for the " + std::to_string(batches) +
-                  " batch(es) of padding that would keep it in step with the other consumers "
-                  "(with fewer consumers, each gets a larger share)");
+  if (!slots_.ready()) {
+    // No sample of this consumer's share was batched (all skipped): the
+    // padding takes its shapes from the specs, where each fixes its field's
+    // type as a sample would (the other consumers' batches have the same).
+    for (size_t i = 0; i < fields_.size(); ++i) {
+      auto d = Absent(fields_[i]);
+      if (!d.ok())
+        return Status(StatusCode::kConfig,
+                      "loader: no sample of this consumer's share was batched (all skipped under "
+                      "error_policy), and the spec of field '" + fields_[i].name +
+                      "' does not fix its type, so there are no shapes for the " +
+                      std::to_string(batches) +
+                      " batch(es) of padding that would keep it in step with the other "
+                      "consumers: give it decode \"raw\" with a dtype and a full shape, or use "
+                      "fewer consumers (each then gets a larger share)");
+      decoded_[i] = *d;
+    }
+    SHARDSTREAM_RETURN_IF_ERROR(InitLayout(decoded_));
+  }
   const BatchLayout& layout = slots_.writer().layout();
   for (int64_t b = 0; b < batches; ++b) {
     SHARDSTREAM_RETURN_IF_ERROR(slots_.EnsureBatch());

@@ -37,8 +37,8 @@ class SHARDSTREAM_EXPORT SampleBatcher {
   // Emits `batches` full batches of padding after the last (Flush first):
   // every row zeros (empty bytes, shape 0, present 0) and no samples. Keeps
   // a consumer that skipped data in step with the others; the shapes are
-  // the batches' before, so a consumer that batched no sample cannot pad
-  // (kConfig).
+  // the batches' before, or, where no sample was batched, the specs' (as
+  // Absent); a spec that does not fix its field's type is kConfig.
   Status Pad(int64_t batches);
 
  private:

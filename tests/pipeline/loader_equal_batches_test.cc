@@ -652,9 +652,10 @@ TEST(LoaderEqualBatchesTest, SampleBatchesOfAConsumerThatSkippedAreLikewisePadde
     EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st;
   }
   // A consumer whose whole share was skipped has batched no sample, so has
-  // no shapes to pad with: an error that says so (its rank fails), not an
-  // early end (the others would wait for ever). 8 consumers of 10 samples:
-  // one reads only the damaged shard.
+  // no shapes to pad with where a spec leaves them to the data (npy): an
+  // error that names the field (its rank fails), not an early end (the
+  // others would wait for ever). 8 consumers of 10 samples: one reads only
+  // the damaged shard.
   {
     std::vector<std::string> errors;
     int64_t ended = 0;
@@ -676,6 +677,48 @@ TEST(LoaderEqualBatchesTest, SampleBatchesOfAConsumerThatSkippedAreLikewisePadde
     EXPECT_NE(errors[0].find("no sample of this consumer's share was batched"), std::string::npos)
         << errors[0];
     EXPECT_NE(errors[0].find("3 batch(es) of padding"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find("the spec of field 'tokens.npy' does not fix its type"),
+              std::string::npos)
+        << errors[0];
+  }
+  // Where every spec fixes its field's type (the .npy member taken raw, its
+  // whole size), that consumer pads from the specs: 3 batches of zeros like
+  // the others' 3, with the same columns and shapes.
+  {
+    const size_t member = EncodeNpy(DType::kInt32, {63}, std::string(63 * 4, '\0')).size();
+    int64_t padded = 0;
+    for (int r = 0; r < 8; ++r) {
+      LoaderOptions o = options(r, ErrorPolicy::kSkipShard, false);
+      o.world_size = 8;
+      FieldSpec raw{"tokens.npy", "", FieldDecode::kRaw};
+      raw.dtype = DType::kUint8;
+      raw.shape = {static_cast<int64_t>(member)};
+      o.fields[0] = raw;
+      auto c = Loader::Create(o);
+      ASSERT_TRUE(c.ok());
+      int64_t n = 0, samples = 0;
+      while (true) {
+        auto b = (*c)->next();
+        ASSERT_TRUE(b.ok()) << "consumer " << r << ": " << b.status();
+        if (b->empty()) break;
+        ++n;
+        samples += b->num_samples();
+        const TensorView t = b->tensor("tokens.npy");
+        ASSERT_EQ(t.ndim, 2);
+        EXPECT_EQ(t.shape[0], b->rows());
+        EXPECT_EQ(t.shape[1], static_cast<int64_t>(member));
+        const TensorView present = b->tensor("none.present");
+        EXPECT_EQ(present.shape[0], b->rows());
+        if (b->num_samples() == 0) {
+          EXPECT_EQ(b->rows(), 4) << "a batch of padding is full";
+          const auto* p = static_cast<const uint8_t*>(t.data);
+          EXPECT_TRUE(std::all_of(p, p + 4 * member, [](uint8_t x) { return x == 0; }));
+        }
+      }
+      EXPECT_EQ(n, 3) << "consumer " << r;
+      if (samples == 0) ++padded;
+    }
+    EXPECT_EQ(padded, 1);
   }
   LoaderOptions alone = options(0, ErrorPolicy::kSkipShard, false);
   alone.world_size = 1;
