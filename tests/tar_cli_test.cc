@@ -331,6 +331,7 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
   // manifest entry.
   {
     const std::string shard = data + "/shard-000000.tar";
+    const std::string index = testing::ReadFile(shard + ".idx");
     std::filesystem::rename(shard, shard + ".kept");
     const std::string whole = testing::TarBuilder().File("a.txt", "hello").End().bytes();
     testing::WriteFile(shard, whole);
@@ -343,6 +344,7 @@ TEST(TarCliTest, BenchLoaderReportsLoaderPlainReadAndIdealPack) {
         << output;
     EXPECT_NE(output.find("its manifest entry says"), std::string::npos) << output;
     std::filesystem::rename(shard + ".kept", shard);
+    EXPECT_EQ(testing::ReadFile(shard + ".idx"), index) << "the index is left as it was";
   }
 
   // A shard without its sample index: the loader reads it the usual way,

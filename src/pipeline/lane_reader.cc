@@ -196,6 +196,30 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     if (r.rows) return OpenJsonlReader(std::move(stream), config_->tar, at);
     return TarReader::Open(std::move(stream), config_->tar);
   };
+  auto open_from_start = [&]() -> Status {
+    // From the start: the object's size is checked against the manifest's
+    // (free: the stream knows it), so a stale manifest is an error here
+    // rather than a short or long read later.
+    Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
+    StreamOptions so;
+    if (ref.size >= 0) so.expected_size = static_cast<uint64_t>(ref.size);
+    SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source->OpenInputStreamWith(ref.url, so));
+    if (so.expected_size && stream->size() && *stream->size() != *so.expected_size)
+      return Status(StatusCode::kChecksum,
+                    "shard " + RedactUrl(ref.url) + " has " + std::to_string(*stream->size()) +
+                        " bytes, its manifest entry says " + std::to_string(ref.size) +
+                        (r.mds.empty()
+                             ? r.rows ? ": the file changed after its index (<file>.idx) or "
+                                        "manifest was written; remove the stale .idx"
+                                      : ": the manifest is stale or wrong; check the data set with "
+                               "`shardstream verify MANIFEST`, or rebuild the manifest "
+                               "(`shardstream manifest`)"
+                             : " (from the MDS set's index.json): the shard changed after "
+                               "index.json was written, or is damaged"),
+                    RedactUrl(ref.url), 0);
+    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::move(stream)));
+    return Status::OK();
+  };
   // Without a cache, the shard of this lane's next range starts arriving
   // now: the lane moving on does not wait at the boundary. (The other lanes
   // see to theirs; with a cache, the cache's prefetch does this.)
@@ -225,40 +249,22 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
     SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::make_unique<SharedStream>(std::move(shared))));
   } else if (opened_at) {
     // Opened at the row's byte, by the file's row index.
-  } else if (at > 0 && !r.own_reader()) {
-    auto opened = TarReader::OpenAt(ref.url, at, nullptr, config_->tar);
-    if (opened.ok()) {
-      reader_ = std::move(*opened);
-      skip = 0;
-    } else if (opened.status().code() == StatusCode::kNotFound ||
-               opened.status().code() == StatusCode::kCorrupt) {
-      // No (or a stale) sidecar index: read from the start and skip.
-      SHARDSTREAM_ASSIGN_OR_RETURN(reader_, TarReader::Open(ref.url, config_->tar));
-    } else {
-      return opened.status();
-    }
   } else {
-    // From the start: the object's size is checked against the manifest's
-    // (free: the stream knows it), so a stale manifest is an error here
-    // rather than a short or long read later.
-    Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
-    StreamOptions so;
-    if (ref.size >= 0) so.expected_size = static_cast<uint64_t>(ref.size);
-    SHARDSTREAM_ASSIGN_OR_RETURN(auto stream, source->OpenInputStreamWith(ref.url, so));
-    if (so.expected_size && stream->size() && *stream->size() != *so.expected_size)
-      return Status(StatusCode::kChecksum,
-                    "shard " + RedactUrl(ref.url) + " has " + std::to_string(*stream->size()) +
-                        " bytes, its manifest entry says " + std::to_string(ref.size) +
-                        (r.mds.empty()
-                             ? r.rows ? ": the file changed after its index (<file>.idx) or "
-                                        "manifest was written; remove the stale .idx"
-                                      : ": the manifest is stale or wrong; check the data set with "
-                               "`shardstream verify MANIFEST`, or rebuild the manifest "
-                               "(`shardstream manifest`)"
-                             : " (from the MDS set's index.json): the shard changed after "
-                               "index.json was written, or is damaged"),
-                    RedactUrl(ref.url), 0);
-    SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::move(stream)));
+    bool from_start = true;
+    if (at > 0 && !r.own_reader()) {
+      auto opened = TarReader::OpenAt(ref.url, at, nullptr, config_->tar);
+      if (opened.ok()) {
+        reader_ = std::move(*opened);
+        skip = 0;
+        from_start = false;
+      } else if (opened.status().code() != StatusCode::kNotFound &&
+                 opened.status().code() != StatusCode::kCorrupt) {
+        return opened.status();
+      }
+      // No (or a stale) sidecar index: read from the start and skip, the
+      // size checked there too (a stale index is often a changed shard).
+    }
+    if (from_start) SHARDSTREAM_RETURN_IF_ERROR(open_from_start());
   }
   for (int64_t i = 0; i < skip; ++i) {
     SHARDSTREAM_ASSIGN_OR_RETURN(bool more, reader_->Next(&scratch->sample));

@@ -51,6 +51,11 @@ Result<DecodedField> SampleBatcher::Absent(const FieldSpec& spec) const {
       d.dtype = DType::kInt64;
       return d;
     case FieldDecode::kRaw: {
+      if (spec.scalar) {  // one element, no dimensions (as DecodeRaw makes it)
+        d.is_tensor = true;
+        d.dtype = spec.dtype;
+        return d;
+      }
       bool full = !spec.shape.empty() && static_cast<int>(spec.shape.size()) <= kMaxDims;
       for (int64_t n : spec.shape) full = full && n >= 0;
       if (!full) break;
@@ -72,11 +77,12 @@ Result<DecodedField> SampleBatcher::Absent(const FieldSpec& spec) const {
     case FieldDecode::kNpy:
       break;
   }
-  if (spec.ragged != Ragged::kError && how == FieldDecode::kRaw && !spec.shape.empty() &&
+  if (spec.ragged != Ragged::kError && how == FieldDecode::kRaw &&
       static_cast<int>(spec.shape.size()) <= kMaxDims) {
     d.is_tensor = true;
     d.dtype = spec.dtype;
-    d.ndim = static_cast<int>(spec.shape.size());
+    // No shape is one dimension of any length, as DecodeRaw reads it.
+    d.ndim = spec.shape.empty() ? 1 : static_cast<int>(spec.shape.size());
     return d;
   }
   return Status::Config("optional field '" + spec.name +
@@ -247,13 +253,14 @@ Status SampleBatcher::Pad(int64_t batches) {
       auto d = Absent(fields_[i]);
       if (!d.ok())
         return Status(StatusCode::kConfig,
-                      "loader: no sample of this consumer's share was batched (all skipped under "
-                      "error_policy), and the spec of field '" + fields_[i].name +
+                      "loader: no sample of this consumer's share was batched (skipped under "
+                      "error_policy, or none left after a resume), and the spec of field '" + fields_[i].name +
                       "' does not fix its type, so there are no shapes for the " +
                       std::to_string(batches) +
                       " batch(es) of padding that would keep it in step with the other "
-                      "consumers: give it decode \"raw\" with a dtype and a full shape, or use "
-                      "fewer consumers (each then gets a larger share)");
+                      "consumers (an npy field's shape is in its data). Use fewer consumers "
+                      "(each then gets a larger share) or error_policy \"raise\", or store the "
+                      "field without a header and decode it \"raw\" with its dtype and shape");
       decoded_[i] = *d;
     }
     SHARDSTREAM_RETURN_IF_ERROR(InitLayout(decoded_));

@@ -44,7 +44,8 @@ class SHARDSTREAM_EXPORT SampleBatcher {
  private:
   Status InitLayout(const std::vector<DecodedField>& decoded);
   // The value of an optional field the first sample lacks, when its spec
-  // alone fixes its type (bytes, text, labels, raw with a full shape).
+  // alone fixes its type (bytes, text, JSON, labels, images, raw scalars,
+  // raw with a full shape, ragged raw).
   Result<DecodedField> Absent(const FieldSpec& spec) const;
 
   std::vector<FieldSpec> fields_;

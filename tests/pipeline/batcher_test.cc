@@ -12,6 +12,9 @@
 #include <numeric>
 #include <vector>
 
+#include "shardstream/image_spec.h"
+#include "support/test_util.h"
+
 namespace shardstream::internal {
 namespace {
 
@@ -89,6 +92,93 @@ TEST(SampleBatcherTest, ShapeChangeIsCorruptWithContext) {
   Status missing = b.Add(RowInput{{0, 2}, "c", "s.tar", 0, none});
   EXPECT_EQ(missing.code(), StatusCode::kConfig);
   EXPECT_NE(missing.message().find("mark it optional"), std::string::npos) << missing;
+}
+
+// A consumer that batched no sample pads with the columns its specs fix,
+// and those must be the columns a sample makes (the other ranks' batches):
+// spec by spec, padding made before any sample against padding made after
+// one.
+TEST(SampleBatcherTest, PaddingBeforeAnySampleHasTheColumnsASampleMakes) {
+  auto columns = [](const Batch& b) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < b.num_tensors(); ++i) {
+      const TensorView t = b.tensor(i);
+      std::string c = std::string(t.name) + " " + std::string(DTypeName(t.dtype)) +
+                      (t.is_bytes ? " bytes" : "") + (t.is_string ? " string" : "") +
+                      (t.is_json ? " json" : "") + " ragged " +
+                      std::to_string(static_cast<int>(t.ragged)) + " ndim " + std::to_string(t.ndim);
+      for (int k = 1; k < t.ndim; ++k) c += " " + std::to_string(t.shape[k]);
+      out.push_back(c);
+    }
+    return out;
+  };
+  auto spec = [](const char* name, FieldDecode how) {
+    FieldSpec f;
+    f.name = name;
+    f.decode = how;
+    return f;
+  };
+  const std::string jpeg =
+      testing::ReadFile(std::string(SHARDSTREAM_TEST_DATA_DIR) + "/images/rgb.jpg");
+  std::vector<std::pair<FieldSpec, std::string>> cases;
+  FieldSpec scalar = spec("s.bin", FieldDecode::kRaw);
+  scalar.dtype = DType::kInt64;
+  scalar.scalar = true;
+  cases.push_back({scalar, std::string(8, '\1')});
+  FieldSpec full = spec("f.bin", FieldDecode::kRaw);
+  full.dtype = DType::kFloat32;
+  full.shape = {2, 3};
+  cases.push_back({full, std::string(24, '\0')});
+  FieldSpec ragged = spec("r.bin", FieldDecode::kRaw);
+  ragged.dtype = DType::kInt32;
+  ragged.ragged = Ragged::kList;
+  cases.push_back({ragged, std::string(12, '\2')});
+  cases.push_back({spec("cls", FieldDecode::kAuto), "3"});
+  cases.push_back({spec("b.bin", FieldDecode::kBytes), "xyz"});
+  cases.push_back({spec("txt", FieldDecode::kAuto), "hello"});
+  cases.push_back({spec("json", FieldDecode::kAuto), "{\"a\": 1}"});
+  FieldSpec hwc = spec("jpg", FieldDecode::kImage);
+  hwc.image.height = 8;
+  hwc.image.width = 6;
+  cases.push_back({hwc, jpeg});
+  FieldSpec chw = hwc;
+  chw.image.layout = ImageLayout::kCHW;
+  cases.push_back({chw, jpeg});
+  cases.push_back({spec("jpg", FieldDecode::kImage), jpeg});  // no size: ragged
+  for (const auto& [field, data] : cases) {
+    FieldSpec opt = spec("o.bin", FieldDecode::kRaw);  // absent from the sample
+    opt.dtype = DType::kInt16;
+    opt.shape = {2};
+    opt.optional = true;
+    const std::vector<FieldSpec> specs = {field, opt};
+    std::vector<Batch> after, before;
+    SampleBatcher a(specs, 2, Pool(), [&](Batch&& batch) {
+      after.push_back(std::move(batch));
+      return Status::OK();
+    });
+    SampleBatcher b(specs, 2, Pool(), [&](Batch&& batch) {
+      before.push_back(std::move(batch));
+      return Status::OK();
+    });
+    FieldRef f[2] = {{data, 512, true}, {{}, 0, false}};
+    ASSERT_TRUE(a.Add(RowInput{{0, 0}, "k", "s.tar", 0, f}).ok()) << field.name;
+    ASSERT_TRUE(a.Flush().ok());
+    ASSERT_TRUE(a.Pad(1).ok());
+    ASSERT_TRUE(b.Pad(1).ok()) << field.name;
+    ASSERT_EQ(after.size(), 2u);
+    ASSERT_EQ(before.size(), 1u);
+    EXPECT_EQ(columns(before[0]), columns(after[0])) << field.name;
+    EXPECT_EQ(columns(before[0]), columns(after[1])) << field.name;
+    EXPECT_EQ(before[0].rows(), 2);
+    EXPECT_EQ(before[0].num_samples(), 0);
+  }
+  // A spec that leaves the shape to the data: no padding, naming the field.
+  SampleBatcher npy({spec("x.npy", FieldDecode::kAuto)}, 2, Pool(),
+                    [](Batch&&) { return Status::OK(); });
+  const Status st = npy.Pad(1);
+  EXPECT_EQ(st.code(), StatusCode::kConfig);
+  EXPECT_NE(st.message().find("the spec of field 'x.npy' does not fix its type"), std::string::npos)
+      << st;
 }
 
 // Rebuilds each document's tokens from packed batches via doc_ids/positions.

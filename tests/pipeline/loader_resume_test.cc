@@ -245,6 +245,39 @@ TEST(LoaderResumeTest, RestoreRejectsAnotherSeed) {
   EXPECT_EQ(LoaderState::FromJson("{\"format\":\"x\"}").status().code(), StatusCode::kCorrupt);
 }
 
+// A resume opens a shard part way, at its sidecar index's offset. A shard
+// that changed since (its index stale) is read from the start and skipped
+// along, and its size is checked against the manifest there too: a changed
+// shard is an error naming it, not its new bytes read as the old.
+TEST(LoaderResumeTest, AResumeIntoAShardChangedSinceItWasIndexedFailsNamingIt) {
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{2, 40});
+  LoaderOptions o = FieldOptions(d.manifest);
+  o.shuffle_buffer = 1;  // each shard's first samples delivered: its rest starts part way
+  auto a = *Loader::Create(o);
+  ASSERT_EQ(DrainIds(a.get(), 2).size(), 16u);
+  auto state = a->state();
+  ASSERT_TRUE(state.ok()) << state.status();
+  a.reset();
+  // Unchanged, the resume reads the rest.
+  auto same = *Loader::Create(o);
+  ASSERT_TRUE(same->restore(*state).ok());
+  EXPECT_EQ(DrainIds(same.get()).size(), 80u - 16u);
+  // Grown by a block past its end: a tar that still reads to the end.
+  std::string bytes = testing::ReadFile(d.shard_paths[0]);
+  const uint64_t indexed = bytes.size();
+  bytes.append(512, '\0');
+  testing::WriteFile(d.shard_paths[0], bytes);
+  auto b = *Loader::Create(o);
+  ASSERT_TRUE(b->restore(*state).ok());
+  const Status st = testing::FirstError(b.get());
+  EXPECT_EQ(st.code(), StatusCode::kChecksum) << st;
+  EXPECT_NE(st.message().find(d.shard_paths[0] + " has " + std::to_string(indexed + 512) +
+                              " bytes, its manifest entry says " + std::to_string(indexed)),
+            std::string::npos)
+      << st;
+}
+
 // The same shards given as a manifest, a folder or a brace pattern (or
 // copied elsewhere) are the same data set to a resume state; another data
 // set is refused saying what differs.
