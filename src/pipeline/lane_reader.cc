@@ -252,7 +252,16 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
   } else {
     bool from_start = true;
     if (at > 0 && !r.own_reader()) {
-      auto opened = TarReader::OpenAt(ref.url, at, nullptr, config_->tar);
+      // The index is checked against the shard (its size now) and against
+      // the manifest: an index that agrees with a shard the manifest does
+      // not describe would place the samples of another file.
+      Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
+      auto index = ReadSampleIndex(ref.url, source, config_->tar.index_dir);
+      Result<std::unique_ptr<TarReader>> opened =
+          !index.ok() ? Result<std::unique_ptr<TarReader>>(index.status())
+          : ref.size >= 0 && index->shard_size != static_cast<uint64_t>(ref.size)
+              ? Result<std::unique_ptr<TarReader>>(Status::Corrupt("stale manifest entry"))
+              : TarReader::OpenAt(ref.url, at, &*index, config_->tar);
       if (opened.ok()) {
         reader_ = std::move(*opened);
         skip = 0;
@@ -261,8 +270,8 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
                  opened.status().code() != StatusCode::kCorrupt) {
         return opened.status();
       }
-      // No (or a stale) sidecar index: read from the start and skip, the
-      // size checked there too (a stale index is often a changed shard).
+      // No (or a stale) index: read from the start and skip, where the
+      // size is checked against the manifest's and a mismatch named.
     }
     if (from_start) SHARDSTREAM_RETURN_IF_ERROR(open_from_start());
   }

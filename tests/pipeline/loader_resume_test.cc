@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
 
 #include "shardstream/loader.h"
 #include "shardstream/manifest.h"
+#include "shardstream/shard_index.h"
 #include "support/loader_fixture.h"
 #include "support/test_util.h"
 
@@ -268,14 +270,29 @@ TEST(LoaderResumeTest, AResumeIntoAShardChangedSinceItWasIndexedFailsNamingIt) {
   const uint64_t indexed = bytes.size();
   bytes.append(512, '\0');
   testing::WriteFile(d.shard_paths[0], bytes);
-  auto b = *Loader::Create(o);
-  ASSERT_TRUE(b->restore(*state).ok());
-  const Status st = testing::FirstError(b.get());
-  EXPECT_EQ(st.code(), StatusCode::kChecksum) << st;
-  EXPECT_NE(st.message().find(d.shard_paths[0] + " has " + std::to_string(indexed + 512) +
-                              " bytes, its manifest entry says " + std::to_string(indexed)),
-            std::string::npos)
-      << st;
+  auto resumed_fails = [&](const char* what) {
+    auto b = *Loader::Create(o);
+    ASSERT_TRUE(b->restore(*state).ok());
+    const Status st = testing::FirstError(b.get());
+    EXPECT_EQ(st.code(), StatusCode::kChecksum) << what << ": " << st;
+    EXPECT_NE(st.message().find(d.shard_paths[0] + " has " + std::to_string(indexed + 512) +
+                                " bytes, its manifest entry says " + std::to_string(indexed)),
+              std::string::npos)
+        << what << ": " << st;
+  };
+  resumed_fails("the index stale");
+  // Indexed again, the manifest not rebuilt: the index agrees with the
+  // shard, not with the manifest.
+  const std::string idx = d.shard_paths[0] + ".idx";
+  auto index = ParseSampleIndex(testing::ReadFile(idx), idx);
+  ASSERT_TRUE(index.ok()) << index.status();
+  index->shard_size = indexed + 512;
+  ASSERT_TRUE(WriteSampleIndex(*index, d.shard_paths[0]).ok());
+  ASSERT_TRUE(ReadSampleIndex(d.shard_paths[0]).ok()) << "the index is fresh";
+  resumed_fails("the manifest stale");
+  // No index at all.
+  std::filesystem::remove(idx);
+  resumed_fails("no index");
 }
 
 // The same shards given as a manifest, a folder or a brace pattern (or
