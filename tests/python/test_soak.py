@@ -6,6 +6,7 @@ leak, the checkpoints intact). Then the checker itself: the same logs with one c
 step taken out must count its documents lost, and with one step's line written twice
 must count them repeated."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -14,6 +15,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOAK = os.path.join(HERE, "..", "soak", "soak.py")
+
+
+def checker():
+    """soak.py as a module: its rules, for the checks of the checker."""
+    spec = importlib.util.spec_from_file_location("soak", SOAK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def soak(*args, timeout=600):
@@ -46,20 +55,10 @@ def test_a_short_soak_loses_and_repeats_nothing(tmp_path):
     out = work / "out"
     lines = (out / "rank0.jsonl").read_text().splitlines(keepends=True)
     events = [json.loads(ln) for ln in lines]
-    # The last step with documents that no later life rolled back (the checker's rule): the
-    # file's last such step may be one a resume rolled back, and the final life's may all be
-    # padding.
-    lives, resumed = [], {}
-    for e in events:
-        life = (e["attempt"], e["restart"])
-        if e["kind"] == "start" and life not in lives:
-            lives.append(life)
-        if e["kind"] == "resumed":
-            resumed.setdefault(life, e["step"])
-    horizon, upto = float("inf"), {}
-    for life in reversed(lives):
-        upto[life] = horizon
-        horizon = min(horizon, resumed.get(life, horizon))
+    # The last step with documents that no later life rolled back, by the checker's own rule:
+    # the file's last such step may be one a resume rolled back, and the final life's may all
+    # be padding.
+    upto = checker().committed_upto(events)
     steps = [i for i, e in enumerate(events) if e["kind"] == "step" and e["keys"]
              and e["step"] <= upto[(e["attempt"], e["restart"])]]
     last = steps[-1]  # committed, and not a batch of padding

@@ -505,28 +505,40 @@ def run(args, rng, work, env, faults, enospc):
             "wall_s": round(time.monotonic() - t_start, 1), "enospc": enospc.available}
 
 
-def verify(work, expected, args):
-    events = EventLog(os.path.join(work, "out")).new()
-    lives = []  # (attempt, restart) in the order they started
+def lives_of(events):
+    """Each life, (attempt, restart), in the order they started."""
+    lives = []
     for e in events:
         life = (e["attempt"], e["restart"])
         if e["kind"] == "start" and life not in lives:
             lives.append(life)
-    worlds = []  # each life's world size
-    for e in events:
-        if e["kind"] == "start" and len(worlds) < lives.index((e["attempt"], e["restart"])) + 1:
-            worlds.append(e["world"])
+    return lives
+
+
+def committed_upto(events):
+    """{life: the last step of that life that is committed}: a life's step is committed when no
+    later life resumed from before it. (A life that died before it resumed trained nothing and
+    rolled nothing back.)"""
     resumed = {}
     for e in events:
         if e["kind"] == "resumed":
             resumed.setdefault((e["attempt"], e["restart"]), e["step"])
-    # A life's step is committed when no later life resumed from before it. (A life that
-    # died before it resumed trained nothing and rolled nothing back.)
-    horizon, committed_upto = float("inf"), {}
-    for life in reversed(lives):
-        committed_upto[life] = horizon
+    horizon, upto = float("inf"), {}
+    for life in reversed(lives_of(events)):
+        upto[life] = horizon
         if life in resumed:
             horizon = min(horizon, resumed[life])
+    return upto
+
+
+def verify(work, expected, args):
+    events = EventLog(os.path.join(work, "out")).new()
+    lives = lives_of(events)
+    worlds = []  # each life's world size
+    for e in events:
+        if e["kind"] == "start" and len(worlds) < lives.index((e["attempt"], e["restart"])) + 1:
+            worlds.append(e["world"])
+    upto = committed_upto(events)
     got = collections.defaultdict(collections.Counter)
     steps_seen, lost_steps, waits = set(), 0, []
     for e in events:
@@ -534,7 +546,7 @@ def verify(work, expected, args):
             continue
         waits.append(e["wait"])
         life = (e["attempt"], e["restart"])
-        if e["step"] <= committed_upto[life]:
+        if e["step"] <= upto[life]:
             got[e["epoch"]].update(e["keys"])
             steps_seen.add((e["step"], e["rank"]))
         else:
