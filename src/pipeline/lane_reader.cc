@@ -257,19 +257,19 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
       // not describe would place the samples of another file.
       Source* source = config_->tar.source ? config_->tar.source : DefaultSource().get();
       auto index = ReadSampleIndex(ref.url, source, config_->tar.index_dir);
-      Result<std::unique_ptr<TarReader>> opened =
-          !index.ok() ? Result<std::unique_ptr<TarReader>>(index.status())
-          : ref.size >= 0 && index->shard_size != static_cast<uint64_t>(ref.size)
-              ? Result<std::unique_ptr<TarReader>>(Status::Corrupt("stale manifest entry"))
-              : TarReader::OpenAt(ref.url, at, &*index, config_->tar);
-      if (opened.ok()) {
-        reader_ = std::move(*opened);
-        skip = 0;
-        from_start = false;
-      } else if (opened.status().code() != StatusCode::kNotFound &&
-                 opened.status().code() != StatusCode::kCorrupt) {
-        return opened.status();
+      Status why = index.status();
+      if (why.ok() && (ref.size < 0 || index->shard_size == static_cast<uint64_t>(ref.size))) {
+        auto opened = TarReader::OpenAt(ref.url, at, &*index, config_->tar);
+        if (opened.ok()) {
+          reader_ = std::move(*opened);
+          skip = 0;
+          from_start = false;
+        }
+        why = opened.status();
       }
+      if (!why.ok() && why.code() != StatusCode::kNotFound &&
+          why.code() != StatusCode::kCorrupt)
+        return why;
       // No (or a stale) index: read from the start and skip, where the
       // size is checked against the manifest's and a mismatch named.
     }
