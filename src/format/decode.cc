@@ -6,6 +6,28 @@
 #include "shardstream/decode.h"
 
 namespace shardstream {
+
+Status CheckRawShape(const FieldSpec& spec) {
+  if (spec.scalar) return Status::OK();
+  if (spec.shape.size() > static_cast<size_t>(kMaxDims))
+    return Status::Config("field '" + spec.name + "': too many dimensions (at most " +
+                          std::to_string(kMaxDims) + ")");
+  bool infer = false;
+  uint64_t known = 1;
+  for (int64_t n : spec.shape) {
+    if (n == -1) {
+      if (infer) return Status::Config("field '" + spec.name + "': more than one -1 in shape");
+      infer = true;
+    } else if (n < 0) {
+      return Status::Config("field '" + spec.name + "': negative dimension " + std::to_string(n) +
+                            " in shape (-1 alone stands for the length the bytes give)");
+    } else if (__builtin_mul_overflow(known, static_cast<uint64_t>(n), &known)) {
+      return Status::Config("field '" + spec.name + "': declared shape too large");
+    }
+  }
+  return Status::OK();
+}
+
 namespace {
 
 using internal::FieldError;
@@ -46,22 +68,17 @@ Result<DecodedField> DecodeRaw(std::string_view b, const FieldSpec& spec,
   out.is_tensor = true;
   out.dtype = spec.dtype;
   const size_t elem = DTypeSize(spec.dtype);
+  SHARDSTREAM_RETURN_IF_ERROR(CheckRawShape(spec));
   std::vector<int64_t> shape = spec.scalar          ? std::vector<int64_t>{1}
                                : spec.shape.empty() ? std::vector<int64_t>{-1}
                                                     : spec.shape;
-  if (shape.size() > static_cast<size_t>(kMaxDims))
-    return Status::Config("field '" + spec.name + "': too many dimensions");
   int infer = -1;
-  uint64_t known = 1;
+  uint64_t known = 1;  // fits: checked above
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      if (infer >= 0) return Status::Config("field '" + spec.name + "': more than one -1 in shape");
       infer = static_cast<int>(i);
-    } else if (shape[i] < 0) {
-      return Status::Config("field '" + spec.name + "': negative dimension");
     } else {
-      if (__builtin_mul_overflow(known, static_cast<uint64_t>(shape[i]), &known))
-        return Status::Config("field '" + spec.name + "': declared shape too large");
+      known *= static_cast<uint64_t>(shape[i]);
     }
   }
   if (b.size() % elem != 0)

@@ -6,6 +6,7 @@
 
 #include "common/thread_controls.h"
 #include "pipeline/loader_run.h"
+#include "shardstream/decode.h"
 #include "shardstream/image.h"
 
 namespace shardstream::internal {
@@ -67,6 +68,7 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
     }
     if (f.decode == FieldDecode::kImage)
       SHARDSTREAM_RETURN_IF_ERROR(ValidateImageSpec(f.image, f.name).WithContext("loader"));
+    if (f.decode == FieldDecode::kRaw) SHARDSTREAM_RETURN_IF_ERROR(CheckRawShape(f).WithContext("loader"));
   }
   if (o.mode == LoaderMode::kEval && (o.drop_last || o.pad_remainder))
     return Status::Config("loader: eval mode reads every sample once: drop_last and "

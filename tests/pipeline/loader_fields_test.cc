@@ -6,6 +6,8 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/log_capture.h"
 #include "shardstream/loader.h"
@@ -230,6 +232,36 @@ TEST(LoaderFieldsTest, OptionalNpyMissingFromTheFirstSampleNamesTheFix) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kConfig);
   EXPECT_NE(b.status().message().find("decode \"raw\""), std::string::npos) << b.status();
+}
+
+TEST(LoaderFieldsTest, ARawShapeDecodingWouldRefuseIsRefusedWhenTheLoaderIsCreated) {
+  // Refused before any sample, also for an optional field, whose column a
+  // batch without it takes from the spec alone.
+  TempDir dir;
+  auto d = testing::WriteDataset(dir.path(), DatasetSpec{1, 4});
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> bad = {
+      {{-2}, "negative dimension -2"},
+      {{-1, 4, -1}, "more than one -1"},
+      {std::vector<int64_t>(kMaxDims + 1, 1), "too many dimensions"},
+      {{int64_t{1} << 40, int64_t{1} << 40}, "too large"}};
+  for (const auto& [shape, what] : bad) {
+    LoaderOptions o = testing::FieldOptions(d.manifest);
+    FieldSpec x{"x.npy", "", FieldDecode::kRaw, DType::kInt32, shape};
+    x.optional = true;
+    o.fields = {FieldSpec{"cls"}, x};
+    auto l = Loader::Create(o);
+    ASSERT_FALSE(l.ok()) << what;
+    EXPECT_EQ(l.status().code(), StatusCode::kConfig) << l.status();
+    const std::string msg = l.status().ToString();
+    EXPECT_NE(msg.find("field 'x.npy'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{-1}, std::vector<int64_t>{-1, 2},
+                                            std::vector<int64_t>{}}) {
+    LoaderOptions o = testing::FieldOptions(d.manifest);
+    o.fields = {FieldSpec{"cls"}, FieldSpec{"x.npy", "", FieldDecode::kRaw, DType::kInt32, shape}};
+    EXPECT_TRUE(Loader::Create(o).ok()) << shape.size();
+  }
 }
 
 }  // namespace
