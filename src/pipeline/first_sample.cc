@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "pipeline/mds_fields.h"
+#include "plan/entry_format.h"
 #include "shardstream/rows.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
@@ -42,18 +43,18 @@ Result<std::vector<FieldSpec>> FieldsOfFirstSample(const LoaderOptions& o,
   for (size_t i = 0; i < manifest.size() && !got; ++i) {
     if (manifest.nsamples(i) == 0) continue;
     const ShardEntry e = manifest[i];
-    if (e.extra.count(kMdsLayoutKey)) {
+    const EntryFormat format = FormatOf(e.extra);
+    if (format == EntryFormat::kMds) {
       // An MDS data set: its columns, no sample needed (their encodings type
       // them: ResolveMdsFields).
       SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, MdsColumnsOf(manifest));
       return MdsDefaultFields(columns);
     }
     std::unique_ptr<TarReader> reader;
-    const bool rows = e.extra.count(kRowsFormatKey) > 0;
-    if (rows && e.extra.at(kRowsFormatKey) == kRowsParquet) {
+    if (format == EntryFormat::kParquet) {
       if (!o.parquet) return Status::Config("loader: Parquet is read from the Python package (pyarrow)");
       SHARDSTREAM_ASSIGN_OR_RETURN(reader, o.parquet.open(e.resolved.empty() ? e.url : e.resolved, o.source, 0, ErrorPolicy::kRaise));
-    } else if (rows) {
+    } else if (format == EntryFormat::kJsonl) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto in, OpenForFields(o, e));
       SHARDSTREAM_ASSIGN_OR_RETURN(reader, OpenJsonlReader(std::move(in), t));
     } else if (o.cache != nullptr && o.cache->options().mode != CacheMode::kOff) {

@@ -39,6 +39,23 @@ ByteSource SourceOf(const std::string& url, bool cache) {
   return ByteSource::kOther;
 }
 
+// What to do about a file whose size is not its manifest entry's.
+const char* StaleSizeAdvice(EntryFormat format) {
+  switch (format) {
+    case EntryFormat::kMds:
+      return " (from the MDS set's index.json): the shard changed after index.json was written, "
+             "or is damaged";
+    case EntryFormat::kJsonl:
+    case EntryFormat::kParquet:
+      return ": the file changed after its index (<file>.idx) or manifest was written; remove "
+             "the stale .idx";
+    case EntryFormat::kTar:
+      break;
+  }
+  return ": the manifest is stale or wrong; check the data set with `shardstream verify "
+         "MANIFEST`, or rebuild the manifest (`shardstream manifest`)";
+}
+
 }  // namespace
 
 LaneReader::LaneReader(const std::vector<LaneRange>* ranges, std::vector<size_t> mine,
@@ -175,13 +192,13 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
   const ShardRef ref = RefOf(r);
   int64_t skip = at;
   MdsLayout mds;
-  if (!r.mds.empty()) {
-    SHARDSTREAM_ASSIGN_OR_RETURN(mds, ParseMdsLayout(r.mds, RedactUrl(ref.url)));
+  if (r.format == EntryFormat::kMds) {
+    SHARDSTREAM_ASSIGN_OR_RETURN(mds, ParseMdsLayout(r.mds_layout, RedactUrl(ref.url)));
   }
   // MDS and rows readers start at `at` themselves (MDS by its offsets table,
   // rows passing over lines unparsed).
   if (r.own_reader()) skip = 0;
-  if (r.parquet) {
+  if (r.format == EntryFormat::kParquet) {
     // Parquet is read by its own reader (pyarrow's, from Python) through
     // the source: the footer first, then the row groups from `at`'s on.
     if (config_->parquet == nullptr || !*config_->parquet)
@@ -192,8 +209,8 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
   }
   // Samples from a stream of the shard's bytes, whatever its format.
   auto open = [&](std::unique_ptr<InputStream> stream) -> Result<std::unique_ptr<TarReader>> {
-    if (!r.mds.empty()) return OpenMdsReader(std::move(stream), mds, config_->tar, at);
-    if (r.rows) return OpenJsonlReader(std::move(stream), config_->tar, at);
+    if (r.format == EntryFormat::kMds) return OpenMdsReader(std::move(stream), mds, config_->tar, at);
+    if (r.format == EntryFormat::kJsonl) return OpenJsonlReader(std::move(stream), config_->tar, at);
     return TarReader::Open(std::move(stream), config_->tar);
   };
   auto open_from_start = [&]() -> Status {
@@ -208,14 +225,7 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
       return Status(StatusCode::kChecksum,
                     "shard " + RedactUrl(ref.url) + " has " + std::to_string(*stream->size()) +
                         " bytes, its manifest entry says " + std::to_string(ref.size) +
-                        (r.mds.empty()
-                             ? r.rows ? ": the file changed after its index (<file>.idx) or "
-                                        "manifest was written; remove the stale .idx"
-                                      : ": the manifest is stale or wrong; check the data set with "
-                               "`shardstream verify MANIFEST`, or rebuild the manifest "
-                               "(`shardstream manifest`)"
-                             : " (from the MDS set's index.json): the shard changed after "
-                               "index.json was written, or is damaged"),
+                        StaleSizeAdvice(r.format),
                     RedactUrl(ref.url), 0);
     SHARDSTREAM_ASSIGN_OR_RETURN(reader_, open(std::move(stream)));
     return Status::OK();
@@ -225,7 +235,7 @@ Status LaneReader::OpenReader(const LaneRange& r, int64_t at, LaneItem* scratch)
   // see to theirs; with a cache, the cache's prefetch does this.)
   if (config_->cache == nullptr) PrefetchNext();
   bool opened_at = false;
-  if (config_->cache == nullptr && at > 0 && r.rows) {
+  if (config_->cache == nullptr && at > 0 && r.format == EntryFormat::kJsonl) {
     SHARDSTREAM_ASSIGN_OR_RETURN(opened_at, OpenRowsAt(r, at));
   }
   if (config_->cache != nullptr) {

@@ -28,6 +28,7 @@
 #include "shardstream/rows.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
+#include "plan/entry_format.h"
 #include "tar/direct_range.h"
 #include "tar/direct_reads.h"
 
@@ -44,14 +45,11 @@ struct LaneRange {
   // The epoch's shard is part of the file from this sample on (mixed
   // streams): sample ids are file samples minus this.
   int64_t index_offset = 0;
-  // An MDS shard: its layout (FormatMdsLayout); empty for tar.
-  std::string mds;
-  // A JSON Lines or (with parquet) a Parquet file (rows.h).
-  bool rows = false;
-  bool parquet = false;
-  // Read by a reader of its own that passes over what it skips (MDS, rows):
-  // the range ends by sample number.
-  bool own_reader() const { return rows || !mds.empty(); }
+  EntryFormat format = EntryFormat::kTar;
+  std::string mds_layout;  // kMds: the shard's layout (FormatMdsLayout)
+  // Read by a reader of its own that passes over what it skips (MDS, JSON
+  // Lines, Parquet: rows.h): the range ends by sample number.
+  bool own_reader() const { return format != EntryFormat::kTar; }
 };
 
 struct LaneItem {

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "format/decode_error.h"
 #include "pipeline/wait_histogram.h"
+#include "plan/entry_format.h"
 #include "shardstream/image.h"
 #include "shardstream/mds.h"
 #include "shardstream/rows.h"
@@ -113,11 +114,8 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     const std::map<std::string, std::string>* extra =
         config_.table != nullptr ? config_.table->extra(at) : &(*config_.shards)[at].extra;
     if (extra != nullptr) {
-      if (auto mds = extra->find(kMdsLayoutKey); mds != extra->end()) lr.mds = mds->second;
-      if (auto rows = extra->find(kRowsFormatKey); rows != extra->end()) {
-        lr.rows = true;
-        lr.parquet = rows->second == kRowsParquet;
-      }
+      lr.format = FormatOf(*extra);
+      if (lr.format == EntryFormat::kMds) lr.mds_layout = extra->at(kMdsLayoutKey);
     }
     ranges.push_back(std::move(lr));
   }
