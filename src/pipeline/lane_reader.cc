@@ -46,7 +46,7 @@ const char* StaleSizeAdvice(EntryFormat format) {
       return " (from the MDS set's index.json): the shard changed after index.json was written, "
              "or is damaged";
     case EntryFormat::kJsonl:
-    case EntryFormat::kParquet:
+    case EntryFormat::kParquet:  // (a Parquet file is opened by pyarrow, before a size is read)
       return ": the file changed after its index (<file>.idx) or manifest was written; remove "
              "the stale .idx";
     case EntryFormat::kTar:

@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "plan/entry_format.h"
 #include "shardstream/decode.h"
 #include "shardstream/export.h"
 #include "shardstream/rows.h"
 #include "shardstream/shard_cache.h"
 #include "shardstream/tar_reader.h"
-#include "plan/entry_format.h"
 #include "tar/direct_range.h"
 #include "tar/direct_reads.h"
 

@@ -1,6 +1,7 @@
 #include "pipeline/row_fields.h"
 
 #include "pipeline/first_sample.h"
+#include "plan/entry_format.h"
 #include "shardstream/url.h"
 
 namespace shardstream::internal {
@@ -19,8 +20,7 @@ Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const ShardT
   t.source = o.source;
   // Rows and Parquet entries carry the format key: only entries with extras.
   for (const auto& [i, extra] : manifest.extras()) {
-    auto format = extra.find(kRowsFormatKey);
-    if (format == extra.end() || format->second != kRowsParquet) continue;
+    if (FormatOf(extra) != EntryFormat::kParquet) continue;
     const ShardEntry e = manifest[i];
     if (!o.parquet)
       return Status(StatusCode::kConfig,
@@ -31,9 +31,12 @@ Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const ShardT
                     RedactUrl(e.resolved.empty() ? e.url : e.resolved));
   }
   for (const auto& [i, extra] : manifest.extras()) {
-    if (!extra.count(kRowsFormatKey) || manifest.nsamples(i) == 0) continue;
+    const EntryFormat format = FormatOf(extra);
+    if ((format != EntryFormat::kJsonl && format != EntryFormat::kParquet) ||
+        manifest.nsamples(i) == 0)
+      continue;
     const ShardEntry e = manifest[i];
-    if (e.extra.at(kRowsFormatKey) == kRowsParquet) {
+    if (format == EntryFormat::kParquet) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, o.parquet.columns(e.resolved.empty() ? e.url : e.resolved, o.source));
       if (!columns.empty()) return columns;
       continue;

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "manifest/shard_table.h"
+#include "plan/entry_format.h"
 #include "plan/resolve_shards.h"
 #include "shardstream/mds.h"
 #include "shardstream/rows.h"
@@ -22,6 +23,9 @@
 
 namespace shardstream {
 namespace {
+
+using internal::EntryFormat;
+using internal::FormatOf;
 
 // The manifest the writers (ShardWriter, pack, convert) leave beside their shards.
 constexpr const char* kWrittenManifestName = "manifest.jsonl";
@@ -44,12 +48,12 @@ ShardEntry RowsEntryFor(const std::string& url) {
   return e;
 }
 
-bool IsParquetEntry(const ShardEntry& e) {
-  auto it = e.extra.find(kRowsFormatKey);
-  return it != e.extra.end() && it->second == kRowsParquet;
-}
+bool IsParquetEntry(const ShardEntry& e) { return FormatOf(e.extra) == EntryFormat::kParquet; }
 
-bool IsRowsEntry(const ShardEntry& e) { return e.extra.count(kRowsFormatKey) > 0; }
+bool IsRowsEntry(const ShardEntry& e) {
+  const EntryFormat f = FormatOf(e.extra);
+  return f == EntryFormat::kJsonl || f == EntryFormat::kParquet;
+}
 
 // A ".jsonl"/".ndjson" input holds rows or names shards (a manifest): its
 // first line says which (IsRowsFile).

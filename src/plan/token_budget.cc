@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "plan/entry_format.h"
 #include "shardstream/decode.h"
 #include "shardstream/dtype.h"
 #include "shardstream/mds.h"
@@ -56,8 +57,8 @@ Status TokenBudget::Load(const ShardTable& manifest, const TokenOptions& tokens,
   for (size_t i = 0; i < out.size(); ++i) {
     const ShardEntry e = manifest[i];
     const std::string& url = e.resolved.empty() ? e.url : e.resolved;
-    if (auto mds = e.extra.find(kMdsLayoutKey); mds != e.extra.end()) {
-      SHARDSTREAM_ASSIGN_OR_RETURN(out[i], MdsTokenPrefix(url, mds->second, tokens, source));
+    if (FormatOf(e.extra) == EntryFormat::kMds) {
+      SHARDSTREAM_ASSIGN_OR_RETURN(out[i], MdsTokenPrefix(url, e.extra.at(kMdsLayoutKey), tokens, source));
       continue;
     }
     auto found = LoadOrBuildSampleIndex(url, source, index_dir, /*build=*/true,

@@ -9,6 +9,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "plan/entry_format.h"
 #include "shardstream/dataset_inputs.h"
 #include "shardstream/manifest.h"
 #include "shardstream/mds.h"
@@ -23,6 +24,9 @@
 
 namespace shardstream::tools {
 namespace {
+
+using internal::EntryFormat;
+using internal::FormatOf;
 
 struct VerifyArgs {
   std::string manifest;
@@ -72,12 +76,11 @@ Verdict CheckRows(const ShardEntry& e) {
 }
 
 Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
-  if (auto rows = e.extra.find(kRowsFormatKey); rows != e.extra.end()) {
-    if (rows->second == kRowsParquet)
-      return {false, "a Parquet file: pyarrow reads it (python -c \"import pyarrow.parquet as pq; "
-                     "pq.read_table('FILE')\"), this tool does not"};
-    return CheckRows(e);
-  }
+  const EntryFormat format = FormatOf(e.extra);
+  if (format == EntryFormat::kParquet)
+    return {false, "a Parquet file: pyarrow reads it (python -c \"import pyarrow.parquet as pq; "
+                   "pq.read_table('FILE')\"), this tool does not"};
+  if (format == EntryFormat::kJsonl) return CheckRows(e);
   std::string algo = e.checksum.empty() ? "xxh3_128" : e.checksum.substr(0, e.checksum.find(':'));
   auto d = cache != nullptr && cache->options().mode != CacheMode::kOff
                ? DigestCached(*cache, e, algo)
@@ -87,7 +90,7 @@ Verdict Check(ShardCache* cache, const ShardEntry& e, bool count_samples) {
     return {false, "size " + std::to_string(d->size) + " != manifest " + std::to_string(e.size)};
   if (!e.checksum.empty() && d->checksum != e.checksum)
     return {false, "checksum " + d->checksum + " != manifest " + e.checksum};
-  if (count_samples && e.extra.count(kMdsLayoutKey)) {
+  if (count_samples && format == EntryFormat::kMds) {
     // An MDS shard: every sample read and split into its columns.
     auto layout = ParseMdsLayout(e.extra.at(kMdsLayoutKey), e.resolved);
     if (!layout.ok()) return {false, layout.status().ToString()};
