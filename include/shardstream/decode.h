@@ -133,7 +133,7 @@ SHARDSTREAM_EXPORT FieldDecode DecodeForName(std::string_view field_name);
 // A raw spec's shape as decoding reads it: at most kMaxDims dimensions, none
 // negative but one -1 (the length the bytes give), and a product that fits
 // 64 bits; kConfig naming the field otherwise. (A scalar has no shape.) The
-// loader checks every raw field with it when it is created.
+// loader checks every field its options decode raw with it when created.
 SHARDSTREAM_EXPORT Status CheckRawShape(const FieldSpec& spec);
 
 // Decodes `bytes` per `spec`. The result views `bytes` (keep them alive).

@@ -68,7 +68,8 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
     }
     if (f.decode == FieldDecode::kImage)
       SHARDSTREAM_RETURN_IF_ERROR(ValidateImageSpec(f.image, f.name).WithContext("loader"));
-    if (f.decode == FieldDecode::kRaw) SHARDSTREAM_RETURN_IF_ERROR(CheckRawShape(f).WithContext("loader"));
+    if (f.decode == FieldDecode::kRaw)
+      SHARDSTREAM_RETURN_IF_ERROR(CheckRawShape(f).WithContext("loader"));
   }
   if (o.mode == LoaderMode::kEval && (o.drop_last || o.pad_remainder))
     return Status::Config("loader: eval mode reads every sample once: drop_last and "

@@ -147,6 +147,33 @@ TEST(DecodeTest, RawWithDeclaredShape) {
   EXPECT_EQ(DecodeField(bytes, spec, kCtx).status().code(), StatusCode::kConfig);
 }
 
+TEST(DecodeTest, CheckRawShapeIsTheRuleDecodingApplies) {
+  // What CheckRawShape refuses, DecodeRaw refuses with the same error, and
+  // what it takes decodes (here, 6 int16 values).
+  const std::string bytes(12, '\0');
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{-2}, std::vector<int64_t>{-1, -1}, std::vector<int64_t>(9, 1),
+        std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40}}) {
+    FieldSpec spec{"x.bin", "", FieldDecode::kRaw, DType::kInt16, shape};
+    const Status st = CheckRawShape(spec);
+    EXPECT_EQ(st.code(), StatusCode::kConfig) << shape.size();
+    EXPECT_NE(st.message().find("field 'x.bin'"), std::string::npos) << st;
+    EXPECT_EQ(DecodeField(bytes, spec, kCtx).status().ToString(), st.ToString());
+  }
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{}, std::vector<int64_t>{-1}, std::vector<int64_t>{2, -1},
+        std::vector<int64_t>{6}}) {
+    FieldSpec spec{"x.bin", "", FieldDecode::kRaw, DType::kInt16, shape};
+    EXPECT_TRUE(CheckRawShape(spec).ok()) << shape.size();
+    auto f = DecodeField(bytes, spec, kCtx);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->elements(), 6);
+  }
+  FieldSpec scalar{"x.bin", "", FieldDecode::kRaw, DType::kInt16, {-2}};
+  scalar.scalar = true;  // a scalar's shape is not read
+  EXPECT_TRUE(CheckRawShape(scalar).ok());
+}
+
 TEST(DecodeTest, JsonIsCheckedToParseAndErrorsSayWhere) {
   auto ok = DecodeField("{\"a\": [1, 2.5, \"\xc3\xa9\"]}", FieldSpec{"meta.json"}, kCtx);
   ASSERT_TRUE(ok.ok()) << ok.status();

@@ -256,11 +256,13 @@ TEST(LoaderFieldsTest, ARawShapeDecodingWouldRefuseIsRefusedWhenTheLoaderIsCreat
     EXPECT_NE(msg.find("field 'x.npy'"), std::string::npos) << msg;
     EXPECT_NE(msg.find(what), std::string::npos) << msg;
   }
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{-1}, std::vector<int64_t>{-1, 2},
-                                            std::vector<int64_t>{}}) {
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{-1}, std::vector<int64_t>{-1, 2}, std::vector<int64_t>{},
+        std::vector<int64_t>{0}, std::vector<int64_t>{-1, 0}}) {
     LoaderOptions o = testing::FieldOptions(d.manifest);
     o.fields = {FieldSpec{"cls"}, FieldSpec{"x.npy", "", FieldDecode::kRaw, DType::kInt32, shape}};
-    EXPECT_TRUE(Loader::Create(o).ok()) << shape.size();
+    auto l = Loader::Create(o);
+    EXPECT_TRUE(l.ok()) << l.status();
   }
 }
 
