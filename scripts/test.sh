@@ -33,9 +33,6 @@ export SHARDSTREAM_PYTHON="$root/.venv/bin/python"
 # Tests never reach for a real EC2 metadata server; those that test it start their own.
 export AWS_EC2_METADATA_DISABLED=true
 
-# The lock-analysis and sanitizer builds compile the library in unity batches
-# (SHARDSTREAM_UNITY_LIBRARY): they exist to test it, and it compiles in half the time; the normal
-# build keeps a unit per file.
 # Under --sanitize (CI), line tables only (-g1): a quarter less compile time than -g, and stack
 # traces still name file and line. Without it, RelWithDebInfo's own -g (set again, as a run with
 # --sanitize before leaves -g1 in build/'s cache).
@@ -43,7 +40,7 @@ if ((sanitize)); then debug_info=-g1; else debug_info=-g; fi
 
 phase "C++ build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $debug_info -DNDEBUG" >/dev/null
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $debug_info -DNDEBUG" -DSHARDSTREAM_UNITY_LIBRARY=OFF >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 300
 
@@ -57,6 +54,8 @@ phase "Python suite against the wheel, installed alone in a fresh venv"
 bash scripts/test_wheel.sh "$root/dist"
 
 if ((sanitize)); then
+  # These three builds compile the library in unity batches (SHARDSTREAM_UNITY_LIBRARY): they exist
+  # to test it, and it compiles in half the time. The normal build keeps a unit per file.
   phase "Lock annotations under clang -Wthread-safety"
   CC=clang-14 CXX=clang++-14 cmake -S . -B build-tsa -G Ninja -DCMAKE_BUILD_TYPE=Debug \
         -DSHARDSTREAM_THREAD_SAFETY=ON -DSHARDSTREAM_UNITY_LIBRARY=ON -DSHARDSTREAM_BUILD_TESTS=OFF \
