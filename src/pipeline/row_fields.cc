@@ -32,9 +32,7 @@ Result<std::vector<RowColumn>> RowColumnsOf(const LoaderOptions& o, const ShardT
   }
   for (const auto& [i, extra] : manifest.extras()) {
     const EntryFormat format = FormatOf(extra);
-    if ((format != EntryFormat::kJsonl && format != EntryFormat::kParquet) ||
-        manifest.nsamples(i) == 0)
-      continue;
+    if (!IsRows(format) || manifest.nsamples(i) == 0) continue;
     const ShardEntry e = manifest[i];
     if (format == EntryFormat::kParquet) {
       SHARDSTREAM_ASSIGN_OR_RETURN(auto columns, o.parquet.columns(e.resolved.empty() ? e.url : e.resolved, o.source));

@@ -50,10 +50,7 @@ ShardEntry RowsEntryFor(const std::string& url) {
 
 bool IsParquetEntry(const ShardEntry& e) { return FormatOf(e.extra) == EntryFormat::kParquet; }
 
-bool IsRowsEntry(const ShardEntry& e) {
-  const EntryFormat f = FormatOf(e.extra);
-  return f == EntryFormat::kJsonl || f == EntryFormat::kParquet;
-}
+bool IsRowsEntry(const ShardEntry& e) { return internal::IsRows(FormatOf(e.extra)); }
 
 // A ".jsonl"/".ndjson" input holds rows or names shards (a manifest): its
 // first line says which (IsRowsFile).

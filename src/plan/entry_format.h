@@ -1,6 +1,6 @@
 // What a manifest entry's file holds, read from its extra fields: one rule
-// for every reader that opens an entry (the loader's lanes, and the probe
-// of the first sample for field names).
+// for every place that asks (the loader's lanes and field probes, the data
+// set's checks, the token budget, `shardstream verify`).
 #ifndef SHARDSTREAM_PLAN_ENTRY_FORMAT_H_
 #define SHARDSTREAM_PLAN_ENTRY_FORMAT_H_
 
@@ -21,6 +21,9 @@ inline EntryFormat FormatOf(const std::map<std::string, std::string>& extra) {
   if (rows == extra.end()) return EntryFormat::kTar;
   return rows->second == kRowsParquet ? EntryFormat::kParquet : EntryFormat::kJsonl;
 }
+
+// Rows of records (rows.h): JSON Lines or Parquet.
+inline bool IsRows(EntryFormat f) { return f == EntryFormat::kJsonl || f == EntryFormat::kParquet; }
 
 }  // namespace shardstream::internal
 
