@@ -140,6 +140,10 @@ OPTIONS: Tuple[Option, ...] = (
     Option("direct_reads", "bool", NATIVE,
            "Token documents of indexed local shards read straight into the batch", "direct_reads",
            "direct_reads"),
+    Option("mapped_keep_bytes", "size", NATIVE,
+           "With a sample shuffle, local token shards stay mapped across epochs up to this many "
+           "bytes (their pages are not faulted in again); 0: off", "mapped_keep_bytes",
+           "mapped_keep_bytes"),
     Option("learn_sample_counts", "bool", NATIVE,
            "Without a manifest, learn sample counts from .idx sidecars (building them locally)",
            "learn_sample_counts", "learn_sample_counts"),

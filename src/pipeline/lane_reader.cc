@@ -150,7 +150,9 @@ Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) 
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> index,
                                source.OpenRandomAccess(IndexUrlFor(ref.url)));
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
-                               source.OpenRandomAccess(ref.url));
+                               config_->direct_mapped && config_->kept_mappings != nullptr
+                                   ? config_->kept_mappings->Open(source, ref.url)
+                                   : source.OpenRandomAccess(ref.url));
   SHARDSTREAM_ASSIGN_OR_RETURN(RandomAccessFile::View view, ViewIfMapped(shard.get()));
   SHARDSTREAM_ASSIGN_OR_RETURN(auto range,
                                DirectRange::Open(ref.url, std::move(shard), std::move(index),

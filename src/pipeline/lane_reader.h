@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "pipeline/kept_mappings.h"
 #include "plan/entry_format.h"
 #include "shardstream/decode.h"
 #include "shardstream/export.h"
@@ -163,6 +164,8 @@ struct LaneConfig {
   DType direct_dtype = DType::kInt32;
   std::shared_ptr<DirectRecycler> direct_recycler;  // optional
   std::shared_ptr<MissingIndexes> missing_indexes;  // optional
+  // With direct_mapped: local shards kept mapped across epochs (optional).
+  std::shared_ptr<KeptMappings> kept_mappings;
 };
 
 struct LaneCounters {

@@ -129,6 +129,9 @@ Result<Batch> Loader::next() {
     if (!m.missing_indexes && m.recycler && m.opt.cache)
       m.missing_indexes = std::make_shared<internal::MissingIndexes>();
     rc.missing_indexes = m.missing_indexes;
+    if (!m.kept_mappings && m.recycler && m.opt.shuffle_buffer > 1 && m.opt.mapped_keep_bytes > 0)
+      m.kept_mappings = std::make_shared<internal::KeptMappings>(m.opt.mapped_keep_bytes);
+    rc.kept_mappings = m.kept_mappings;
     rc.token_decode = m.token_decode;
     if (m.batch_target >= 0) rc.batch_target = m.batch_target - m.returned;
     if (m.has_carry) rc.skip_tokens[{m.carry.shard, m.carry.sample}] = m.carry.tokens;

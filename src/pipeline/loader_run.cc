@@ -171,6 +171,7 @@ LoaderRun::LoaderRun(RunConfig config, RunCounters* counters)
     lc.direct_dtype = opt_.tokens.dtype;
     lc.direct_recycler = config_.recycler;
     lc.missing_indexes = config_.missing_indexes;
+    lc.kept_mappings = config_.kept_mappings;
   } else {
     for (size_t i = 0; i < opt_.fields.size(); ++i) {
       const FieldSpec& f = opt_.fields[i];

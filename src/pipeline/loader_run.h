@@ -61,6 +61,8 @@ struct RunConfig {
   std::shared_ptr<DirectRecycler> recycler;
   // Cached shards without a sample index, likewise (null: none kept).
   std::shared_ptr<MissingIndexes> missing_indexes;
+  // Shards kept mapped across epochs, likewise (null: none kept).
+  std::shared_ptr<KeptMappings> kept_mappings;
   // How the token field decodes where its name does not say (an MDS column):
   // kRaw or kNpy; kAuto goes by the name.
   FieldDecode token_decode = FieldDecode::kAuto;

@@ -1,5 +1,6 @@
 #include "tar/direct_reads.h"
 
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -219,6 +220,7 @@ void DirectReads::Plan() {
 
 Status DirectReads::CopyJob(const DirectShard& shard, const std::vector<Piece>& v,
                             const Job& job) const {
+  constexpr size_t kPrefetchAhead = 8;
   const RandomAccessFile::View& view = shard.view;
   // A file cut short since it was mapped would fault where its bytes went:
   // its size now is asked first (one fstat a job of about kJobBytes).
@@ -235,6 +237,19 @@ Status DirectReads::CopyJob(const DirectShard& shard, const std::vector<Piece>& 
                         "after it was indexed?)",
                     shard.url, static_cast<int64_t>(size));
     const char* src = view.data + p.offset;
+    // The headers a few pieces on, asked for now: shuffled documents lie
+    // apart, so each check would otherwise wait for memory on its own
+    // (unmapped pages are not fetched: a prefetch never faults).
+    if (i + kPrefetchAhead < job.end) {
+      const Piece& q = v[i + kPrefetchAhead];
+      if (q.head > 0 && q.offset < size && size - q.offset >= q.head) {
+        const char* h = view.data + q.offset;
+        __builtin_prefetch(h);                 // name
+        __builtin_prefetch(h + Ustar::kSize);  // size, type
+        __builtin_prefetch(h + kTarBlock);     // .npy header
+        __builtin_prefetch(h + q.head - 1);    // its end
+      }
+    }
     if (p.head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(shard, p, src));
     if (p.len > p.head) std::memcpy(p.dst, src + p.head, p.len - p.head);
     bytes += p.len;

@@ -55,6 +55,7 @@ struct Args {
   int threads = 2, open_shards = 4, runs = 3;
   int64_t shard_queue = 256;
   std::string chunk_size = "512KiB";
+  std::string mapped_keep;  // empty: the loader's default
   bool json = false;
   bool no_metadata = false, no_direct = false;
   bool loader_only = false;
@@ -608,6 +609,14 @@ int Run(const Args& a) {
     o.tokens.seq_len = a.seq_len;
     o.tokens.document_metadata = !a.no_metadata;
     o.direct_reads = !a.no_direct;
+    if (!a.mapped_keep.empty()) {
+      auto keep = ParseByteSize(a.mapped_keep);
+      if (!keep.ok()) {
+        std::cerr << "bench-loader: --mapped-keep: " << keep.status() << "\n";
+        return 1;
+      }
+      o.mapped_keep_bytes = *keep;
+    }
   } else {
     if (!a.image_field.empty()) {
       FieldSpec f;
@@ -794,6 +803,7 @@ int Run(const Args& a) {
       {"shuffle_buffer", a.shuffle},
       {"document_metadata", !a.tokens_field.empty() && !a.no_metadata},
       {"direct_reads", !a.tokens_field.empty() && !a.no_direct},
+      {"mapped_keep_bytes", o.mapped_keep_bytes},
       {"batches_per_s", static_cast<double>(batches) / lt},
       {"samples_per_s", static_cast<double>(samples) / lt},
       {"image_field", a.image_field},
@@ -927,6 +937,9 @@ SHARDSTREAM_COMMAND(bench_loader, [](CLI::App& app) {
   sub->add_flag("--no-document-metadata", a->no_metadata, "Token batches without doc_ids/positions");
   sub->add_flag("--no-direct-reads", a->no_direct,
                 "Token batches: read through read buffers (two copies), not straight into the batch");
+  sub->add_option("--mapped-keep", a->mapped_keep,
+                  "Token batches with --shuffle: bytes of shards kept mapped across epochs "
+                  "(LoaderOptions::mapped_keep_bytes; 0: off; default the loader's)");
   sub->add_option("--cache-dir", a->cache_dir,
                   "Read through a shard cache in this directory (an epoch fills it first; the "
                   "plain read and the tar reader then read its entry files)");

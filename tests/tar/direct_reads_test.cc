@@ -826,6 +826,75 @@ namespace {
 // from the third the source is not asked for anything. The batches are
 // those of a loader without a cache.
 // Read, or (shuffled) copied from the mapped entries.
+// Every epoch's batches, from one loader over `epochs` epochs.
+std::vector<Epoch> Epochs(const LoaderOptions& o, int epochs) {
+  std::vector<Epoch> out;
+  auto l = Loader::Create(o);
+  EXPECT_TRUE(l.ok()) << l.status();
+  if (!l.ok()) return out;
+  for (int e = 0; e < epochs; ++e) {
+    EXPECT_TRUE((*l)->set_epoch(e).ok());
+    out.push_back(Drain(l->get()));
+  }
+  return out;
+}
+
+// Shards kept mapped from one epoch to the next (mapped_keep_bytes, on by
+// default) change nothing in the batches, nor does a budget that keeps
+// only some of them.
+TEST(DirectReadsTest, ShardsKeptMappedAcrossEpochsGiveTheSameBatches) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 3, 60);
+  LoaderOptions o = TokenOptions(d.manifest);
+  o.shuffle_buffer = 64;
+  o.seed = 5;
+  ASSERT_GT(o.mapped_keep_bytes, 0u);  // the default keeps them
+  std::vector<Epoch> kept = Epochs(o, 3);
+  o.mapped_keep_bytes = testing::ReadFile(d.shard_paths[0]).size();  // one shard's worth
+  std::vector<Epoch> some = Epochs(o, 3);
+  o.mapped_keep_bytes = 0;
+  std::vector<Epoch> fresh = Epochs(o, 3);
+  ASSERT_EQ(kept.size(), 3u);
+  for (size_t e = 0; e < kept.size(); ++e) {
+    ASSERT_TRUE(kept[e].error.ok()) << kept[e].error;
+    EXPECT_EQ(kept[e].direct, 180u * (e + 1));  // every document copied from a mapping
+    EXPECT_EQ(kept[e].batches, fresh[e].batches) << "epoch " << e;
+    EXPECT_EQ(some[e].batches, fresh[e].batches) << "epoch " << e;
+  }
+  EXPECT_NE(kept[0].batches, kept[1].batches);  // the epochs are shuffled apart
+}
+
+// A shard replaced between epochs (another file renamed over it, as a
+// careful writer does) is read anew, not from the mapping kept of the old
+// file: the next epoch's batches are a fresh loader's.
+TEST(DirectReadsTest, AShardReplacedBetweenEpochsIsNotReadFromItsKeptMapping) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 2, 60);
+  LoaderOptions o = TokenOptions(d.manifest);
+  o.shuffle_buffer = 64;
+  o.seed = 5;
+  auto l = *Loader::Create(o);
+  Epoch first = Drain(l.get());
+  ASSERT_TRUE(first.error.ok()) << first.error;
+  ASSERT_EQ(first.direct, 120u);
+  const std::vector<Epoch> old = Epochs(o, 2);
+  // The same shard but one token: the last value of its sample 7.
+  auto index = ReadSampleIndex(d.shard_paths[1]);
+  ASSERT_TRUE(index.ok()) << index.status();
+  const SampleIndexField& f = index->fields[index->samples[7].first_field];
+  const std::string next = d.shard_paths[1] + ".next";
+  testing::WriteFile(next, testing::ReadFile(d.shard_paths[1]));
+  Smash(next, f.offset + f.size - 4, std::string("\x11\x22\x33\x44", 4));
+  ASSERT_EQ(std::rename(next.c_str(), d.shard_paths[1].c_str()), 0);
+  ASSERT_TRUE(l->set_epoch(1).ok());
+  Epoch second = Drain(l.get());
+  ASSERT_TRUE(second.error.ok()) << second.error;
+  o.mapped_keep_bytes = 0;
+  const std::vector<Epoch> now = Epochs(o, 2);
+  EXPECT_NE(now[1].batches, old[1].batches);  // the change shows in the batches
+  EXPECT_EQ(second.batches, now[1].batches);
+}
+
 void ExpectCacheEntriesReadDirectly(int64_t shuffle) {
   TempDir data, cache_dir, tmp;
   auto d = Tokens(data.path(), 3, 60);
