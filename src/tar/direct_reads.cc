@@ -243,11 +243,18 @@ Status DirectReads::CopyJob(const DirectShard& shard, const std::vector<Piece>& 
     if (i + kPrefetchAhead < job.end) {
       const Piece& q = v[i + kPrefetchAhead];
       if (q.head > 0 && q.offset < size && size - q.offset >= q.head) {
+        // Each cache line the check reads: the name, the size (it straddles
+        // two lines), the type, the prefix, the .npy header; and the
+        // document's record in the index.
         const char* h = view.data + q.offset;
-        __builtin_prefetch(h);                 // name
-        __builtin_prefetch(h + Ustar::kSize);  // size, type
-        __builtin_prefetch(h + kTarBlock);     // .npy header
-        __builtin_prefetch(h + q.head - 1);    // its end
+        __builtin_prefetch(h + Ustar::kName);
+        __builtin_prefetch(h + Ustar::kSize);
+        __builtin_prefetch(h + Ustar::kSize + Ustar::kSizeLen - 1);
+        __builtin_prefetch(h + Ustar::kTypeflag);
+        __builtin_prefetch(h + Ustar::kPrefix);
+        __builtin_prefetch(h + kTarBlock);
+        __builtin_prefetch(h + q.head - 1);
+        __builtin_prefetch(&shard.doc(shard.first + q.doc));
       }
     }
     if (p.head > 0) SHARDSTREAM_RETURN_IF_ERROR(Check(shard, p, src));
