@@ -259,12 +259,11 @@ struct LoaderOptions {
   // shard files stay open and mapped from one epoch to the next, the first
   // ones read up to this many bytes of files in all (and 256 files), so
   // that a later epoch copies from pages already mapped instead of faulting
-  // each one in again (most of what a shuffle costs on a data set in the
-  // page cache). Their
-  // pages count in the resident set, as file pages shared with the page
-  // cache. A shard whose size or mtime has changed is mapped afresh.
-  // Shard cache entries are not kept (that would pin them). 0: off.
-  // Default: 4 GiB.
+  // each one in again (on small folios, most of what a shuffle costs on a
+  // data set in the page cache). Their pages count in the resident set, as
+  // file pages shared with the page cache. A shard whose size or mtime has
+  // changed is mapped afresh. Shard cache entries are not kept (that would
+  // pin them). 0: off. Default: 4 GiB.
   uint64_t mapped_keep_bytes = uint64_t{4} << 30;
   // Seconds between "loader: ..." log lines; 0 for none. Default: 0.
   double log_interval_s = 0;

@@ -1,15 +1,15 @@
 // KeptMappings: local shard files that stay open, and mapped, from one
 // range and epoch to the next (LoaderOptions::mapped_keep_bytes). A shuffled
 // epoch copies its token documents from the shards' mappings; a mapping
-// made afresh faults every page of the shard in again (on 1024-token
-// documents, most of what the shuffle cost), while one kept from the epoch
-// before finds its pages mapped. Files are kept first come, up to the
+// made afresh faults every page of the shard in again (on small folios and
+// 1024-token documents, most of what the shuffle cost), while one kept
+// from the epoch before finds its pages mapped. Files are kept first come, up to the
 // budget and at most kMaxFiles of them (each holds a descriptor), and none
 // is let go for another: an epoch reads every shard once, so a shard let go
 // would be the next one needed (an LRU over a cycle keeps nothing useful).
 // A file whose size or mtime has changed since it was kept is opened
-// afresh. Kept files' views are not released (their pages
-// stay in the resident set: file pages, shared with the page cache).
+// afresh. Kept files' views are not released (their pages stay in the
+// resident set: file pages, shared with the page cache).
 //
 // Thread-safety: any thread.
 #ifndef SHARDSTREAM_PIPELINE_KEPT_MAPPINGS_H_

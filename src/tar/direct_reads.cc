@@ -1,6 +1,5 @@
 #include "tar/direct_reads.h"
 
-
 #include <xxhash.h>
 
 #include <algorithm>
@@ -243,13 +242,12 @@ Status DirectReads::CopyJob(const DirectShard& shard, const std::vector<Piece>& 
     if (i + kPrefetchAhead < job.end) {
       const Piece& q = v[i + kPrefetchAhead];
       if (q.head > 0 && q.offset < size && size - q.offset >= q.head) {
-        // Each cache line the check reads: the name, the size (it straddles
-        // two lines), the type, the prefix, the .npy header; and the
-        // document's record in the index.
+        // Each cache line the check reads: the name, the size (which
+        // straddles two lines, the second the type's), the prefix, the .npy
+        // header; and the document's record in the index.
         const char* h = view.data + q.offset;
         __builtin_prefetch(h + Ustar::kName);
         __builtin_prefetch(h + Ustar::kSize);
-        __builtin_prefetch(h + Ustar::kSize + Ustar::kSizeLen - 1);
         __builtin_prefetch(h + Ustar::kTypeflag);
         __builtin_prefetch(h + Ustar::kPrefix);
         __builtin_prefetch(h + kTarBlock);

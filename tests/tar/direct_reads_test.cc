@@ -3,11 +3,14 @@
 // and a shard that no longer matches its index fails with its url and the
 // byte offset instead of yielding wrong tokens.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <string>
@@ -814,18 +817,17 @@ TEST(DirectReadsTest, AnIndexTheSourceCannotReadLeavesTheRangeToReadBuffers) {
   }
 }
 
-}  // namespace
-}  // namespace shardstream
+// Whether the process maps `path` now (/proc/self/maps).
+bool MappedNow(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t n = path.size();
+    if (line.size() >= n && line.compare(line.size() - n, n, path) == 0) return true;
+  }
+  return false;
+}
 
-namespace shardstream {
-namespace {
-
-// Shards read through the shard cache: the first epoch streams them in (no
-// direct reads while a shard downloads); from the second on a complete
-// entry is read directly, its index fetched into the cache beside it once;
-// from the third the source is not asked for anything. The batches are
-// those of a loader without a cache.
-// Read, or (shuffled) copied from the mapped entries.
 // Every epoch's batches, from one loader over `epochs` epochs.
 std::vector<Epoch> Epochs(const LoaderOptions& o, int epochs) {
   std::vector<Epoch> out;
@@ -850,7 +852,8 @@ TEST(DirectReadsTest, ShardsKeptMappedAcrossEpochsGiveTheSameBatches) {
   o.seed = 5;
   ASSERT_GT(o.mapped_keep_bytes, 0u);  // the default keeps them
   std::vector<Epoch> kept = Epochs(o, 3);
-  o.mapped_keep_bytes = testing::ReadFile(d.shard_paths[0]).size();  // one shard's worth
+  const uint64_t some_bytes = testing::ReadFile(d.shard_paths[0]).size();  // one shard's worth
+  o.mapped_keep_bytes = some_bytes;
   std::vector<Epoch> some = Epochs(o, 3);
   o.mapped_keep_bytes = 0;
   std::vector<Epoch> fresh = Epochs(o, 3);
@@ -862,6 +865,15 @@ TEST(DirectReadsTest, ShardsKeptMappedAcrossEpochsGiveTheSameBatches) {
     EXPECT_EQ(some[e].batches, fresh[e].batches) << "epoch " << e;
   }
   EXPECT_NE(kept[0].batches, kept[1].batches);  // the epochs are shuffled apart
+  // After an epoch, with its ranges closed: the kept shards are still mapped.
+  for (uint64_t budget : {uint64_t{4} << 30, some_bytes, uint64_t{0}}) {
+    o.mapped_keep_bytes = budget;
+    auto l = *Loader::Create(o);
+    ASSERT_TRUE(Drain(l.get()).error.ok());
+    int mapped = 0;
+    for (const std::string& shard : d.shard_paths) mapped += MappedNow(shard) ? 1 : 0;
+    EXPECT_EQ(mapped, budget == 0 ? 0 : budget == some_bytes ? 1 : 3) << budget;
+  }
 }
 
 // A shard replaced between epochs (another file renamed over it, as a
@@ -885,6 +897,10 @@ TEST(DirectReadsTest, AShardReplacedBetweenEpochsIsNotReadFromItsKeptMapping) {
   const std::string next = d.shard_paths[1] + ".next";
   testing::WriteFile(next, testing::ReadFile(d.shard_paths[1]));
   Smash(next, f.offset + f.size - 4, std::string("\x11\x22\x33\x44", 4));
+  // A later mtime, as the write makes it (set here: a coarse clock could
+  // give both files the same tick within one test).
+  struct timespec times[2] = {{0, UTIME_OMIT}, {std::time(nullptr) + 5, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, next.c_str(), times, 0), 0);
   ASSERT_EQ(std::rename(next.c_str(), d.shard_paths[1].c_str()), 0);
   ASSERT_TRUE(l->set_epoch(1).ok());
   Epoch second = Drain(l.get());
@@ -895,6 +911,18 @@ TEST(DirectReadsTest, AShardReplacedBetweenEpochsIsNotReadFromItsKeptMapping) {
   EXPECT_EQ(second.batches, now[1].batches);
 }
 
+}  // namespace
+}  // namespace shardstream
+
+namespace shardstream {
+namespace {
+
+// Shards read through the shard cache: the first epoch streams them in (no
+// direct reads while a shard downloads); from the second on a complete
+// entry is read directly, its index fetched into the cache beside it once;
+// from the third the source is not asked for anything. The batches are
+// those of a loader without a cache.
+// Read, or (shuffled) copied from the mapped entries.
 void ExpectCacheEntriesReadDirectly(int64_t shuffle) {
   TempDir data, cache_dir, tmp;
   auto d = Tokens(data.path(), 3, 60);
