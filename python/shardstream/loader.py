@@ -239,7 +239,9 @@ class Loader:
     a GPU is present], ``error_policy`` ["raise", "skip_shard",
     "skip_sample"], ``memory_budget``, ``direct_reads`` [True: token
     documents from uncompressed local shards with a version 2 sample index
-    are read straight into the batch; see docs/pipeline.md].
+    are read straight into the batch; see docs/pipeline.md],
+    ``mapped_keep_bytes`` ["4GiB": with a sample shuffle, local token shards
+    stay mapped across epochs up to this many bytes; 0: off].
 
     Iterating yields the rest of the current epoch; iterating again after an
     epoch ended starts the next one. Threads start at the first batch, so a
