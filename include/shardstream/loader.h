@@ -124,6 +124,9 @@ struct SHARDSTREAM_EXPORT LoaderStats {
   // Token documents read straight into their batches (LoaderOptions::
   // direct_reads); the others went through read buffers.
   uint64_t direct_samples = 0;
+  // Bytes of shard files kept mapped across epochs (LoaderOptions::
+  // mapped_keep_bytes): as much of the resident set is theirs once read.
+  uint64_t mapped_kept_bytes = 0;
   HostMemoryKind memory_kind = HostMemoryKind::kPageable;
   uint64_t slot_bytes = 0, slots = 0;
   uint64_t heap_spills = 0;    // batches whose byte fields spilled to the heap

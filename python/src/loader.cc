@@ -64,6 +64,7 @@ py::dict StatsToDict(const LoaderStats& s) {
   d["cut_samples"] = s.cut_samples;
   d["cut_tokens"] = s.cut_tokens;
   d["direct_samples"] = s.direct_samples;
+  d["mapped_kept_bytes"] = s.mapped_kept_bytes;
   d["memory_kind"] = std::string(HostMemoryKindName(s.memory_kind));
   d["slot_bytes"] = s.slot_bytes;
   d["slots"] = s.slots;

@@ -73,6 +73,10 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   SHARDSTREAM_RETURN_IF_ERROR(internal::ResolveRowFields(impl->row_columns, &options));
   impl->opt = std::move(options);
   if (impl->opt.mode == LoaderMode::kEval) impl->opt.shuffle_buffer = 0;  // manifest order
+  // Made here, not with the first run, so that stats() may read it from any thread.
+  const LoaderOptions& o = impl->opt;
+  if (o.direct_reads && !o.tokens.field.empty() && o.shuffle_buffer > 1 && o.mapped_keep_bytes > 0)
+    impl->kept_mappings = std::make_shared<internal::KeptMappings>(o.mapped_keep_bytes);
   SHARDSTREAM_RETURN_IF_ERROR(impl->Plan(nullptr, impl->opt.epoch));
 #ifdef __GLIBC__
   // Start-up over a large data set frees its scratch (the manifest's read
@@ -129,8 +133,6 @@ Result<Batch> Loader::next() {
     if (!m.missing_indexes && m.recycler && m.opt.cache)
       m.missing_indexes = std::make_shared<internal::MissingIndexes>();
     rc.missing_indexes = m.missing_indexes;
-    if (!m.kept_mappings && m.recycler && m.opt.shuffle_buffer > 1 && m.opt.mapped_keep_bytes > 0)
-      m.kept_mappings = std::make_shared<internal::KeptMappings>(m.opt.mapped_keep_bytes);
     rc.kept_mappings = m.kept_mappings;
     rc.token_decode = m.token_decode;
     if (m.batch_target >= 0) rc.batch_target = m.batch_target - m.returned;
@@ -402,6 +404,7 @@ LoaderStats Loader::stats() const {
     s.cut_tokens = m.cut_tokens;
   }
   s.direct_samples = c.direct_samples;
+  s.mapped_kept_bytes = m.kept_mappings != nullptr ? m.kept_mappings->kept_bytes() : 0;
   s.memory_kind = static_cast<HostMemoryKind>(c.memory_kind.load());
   s.slot_bytes = c.slot_bytes;
   s.slots = static_cast<uint64_t>(std::max<int64_t>(m.opt.prefetch, 1)) + 2;

@@ -87,7 +87,8 @@ class Loader::Impl {
   std::shared_ptr<internal::DirectRecycler> recycler;
   // Cached shards whose sample index the source lacks, likewise.
   std::shared_ptr<internal::MissingIndexes> missing_indexes;
-  // Local shards kept mapped across epochs (LoaderOptions::mapped_keep_bytes).
+  // Local shards kept mapped across epochs (LoaderOptions::mapped_keep_bytes);
+  // set by Create, when its options ask for it.
   std::shared_ptr<internal::KeptMappings> kept_mappings;
   std::unique_ptr<internal::RunCounters> counters = std::make_unique<internal::RunCounters>();
   Status sticky;

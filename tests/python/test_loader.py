@@ -2,6 +2,7 @@
 lifetime, errors, metrics, logging, clean shutdown."""
 
 import gc
+import glob
 import json
 import logging
 import os
@@ -338,6 +339,35 @@ def test_direct_reads_give_the_same_token_batches(tmp_path):
         assert x.keys() == y.keys() and "tokens" in x
         for k in x:
             assert np.array_equal(x[k], y[k]), k
+
+
+def test_shuffled_token_shards_stay_mapped_across_epochs(tmp_path):
+    # With a sample shuffle the documents are copied from the shards mapped in
+    # memory, kept from one epoch to the next up to mapped_keep_bytes; stats()
+    # says how much, and the batches are those of fresh mappings.
+    rng = np.random.default_rng(6)
+    with shardstream.ShardWriter(str(tmp_path), max_samples=40, write_index=True) as w:
+        for i in range(120):
+            n = int(rng.integers(1, 90))
+            w.write({"__key__": f"d{i:04d}", "tokens.npy": np.arange(n, dtype=np.int32) + 1000 * i})
+    manifest = str(tmp_path / "manifest.jsonl")
+    shard_bytes = sum(os.path.getsize(p) for p in glob.glob(str(tmp_path / "*.tar")))
+    runs = {}
+    for keep in ("1GiB", 0):
+        with shardstream.Loader(manifest, tokens={"field": "tokens.npy", "seq_len": 32}, batch_size=4,
+                                shuffle_buffer=50, seed=2, mapped_keep_bytes=keep) as lo:
+            epochs = [[np.array(b["tokens"]) for b in lo] for _ in range(2)]
+            stats = lo.stats()
+            runs[keep] = (epochs, stats["mapped_kept_bytes"], stats["direct_samples"],
+                          shardstream.metrics.to_prometheus(stats))
+    (kept, kept_bytes, kept_direct, text), (fresh, none_bytes, _, _) = runs["1GiB"], runs[0]
+    assert kept_bytes == shard_bytes > 0 and none_bytes == 0
+    assert kept_direct == 240
+    assert f"shardstream_loader_mapped_kept_bytes {shard_bytes}" in text
+    for a, b in zip(kept, fresh):
+        assert len(a) == len(b) > 10
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(kept[0], kept[1]))
 
 
 def test_without_fields_every_field_of_the_first_sample(manifest, total):
