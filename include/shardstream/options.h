@@ -229,8 +229,9 @@ struct LoaderOptions {
   // asleep, waiting to be woken).
   int64_t shard_queue = 256;
   // Upper bound on the loader's resident memory (batch slots, shuffle buffer
-  // estimate, read buffers); Loader::Create fails with kConfig when the
-  // options cannot fit. 0 means no check. Default: 0.
+  // estimate, read buffers; shards kept mapped get what is left, see
+  // mapped_keep_bytes); Loader::Create fails with kConfig when the options
+  // cannot fit. 0 means no check. Default: 0.
   size_t memory_budget = 0;
   // Host memory for batch slots. Default: null (DefaultHostAllocator():
   // CUDA pinned when available).
@@ -263,7 +264,8 @@ struct LoaderOptions {
   // data set in the page cache). Their pages count in the resident set, as
   // file pages shared with the page cache. A shard whose size or mtime has
   // changed is mapped afresh. Shard cache entries are not kept (that would
-  // pin them). 0: off. Default: 4 GiB.
+  // pin them). With a memory_budget, at most what the budget leaves over the
+  // rest of its estimate. 0: off. Default: 4 GiB.
   uint64_t mapped_keep_bytes = uint64_t{4} << 30;
   // Seconds between "loader: ..." log lines; 0 for none. Default: 0.
   double log_interval_s = 0;

@@ -31,7 +31,7 @@ _GAUGES = {
     "cache_hit_rate": "Cache hits per shard open through the cache (-1: no cache)",
     "slot_bytes": "Bytes per batch slot",
     "slots": "Batch slots in the pool",
-    "mapped_kept_bytes": "Bytes of shard files kept mapped across epochs (their pages count in RSS)",
+    "mapped_kept_bytes": "Bytes of shard files kept mapped across epochs (in RSS once read)",
     "waiting_seconds": "Seconds the next() in progress has waited for a batch (0: none waiting)",
 }
 

@@ -7,7 +7,7 @@ namespace {
 
 // A kept file handed to one range: every call goes to the kept file but
 // ReleaseView, so that its pages stay mapped for the next epoch.
-class KeptFile : public RandomAccessFile {
+class KeptFile final : public RandomAccessFile {
  public:
   explicit KeptFile(std::shared_ptr<RandomAccessFile> file) : file_(std::move(file)) {}
   const std::string& url() const override { return file_->url(); }
@@ -33,26 +33,41 @@ Result<std::unique_ptr<RandomAccessFile>> KeptMappings::Open(Source& source,
                                                              const std::string& url) {
   if (budget_ == 0) return source.OpenRandomAccess(url);
   // Asked every time: a shard rewritten since it was kept is read anew.
-  SHARDSTREAM_ASSIGN_OR_RETURN(FileInfo info, source.Stat(url));
+  Result<FileInfo> info = source.Stat(url);
   {
+    std::shared_ptr<RandomAccessFile> gone;  // unmapped after the lock is let go
     MutexLock lock(&mu_);
     auto it = kept_.find(url);
     if (it != kept_.end()) {
-      if (it->second.size == info.size && it->second.mtime_ns == info.mtime_ns)
+      if (info.ok() && it->second.size == info->size && it->second.mtime_ns == info->mtime_ns)
         return std::unique_ptr<RandomAccessFile>(new KeptFile(it->second.file));
-      kept_bytes_ -= it->second.size;  // ranges still on it keep it open
+      gone = std::move(it->second.file);  // ranges still on it keep it open
+      kept_bytes_ -= it->second.size;
       kept_.erase(it);
     }
   }
+  if (!info.ok()) return info.status();
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
                                source.OpenRandomAccess(url));
+  // A file the source cannot map is read the usual way: nothing to keep.
+  if (!file->MapView().ok()) return file;
   MutexLock lock(&mu_);
-  if (kept_bytes_ + info.size > budget_ || kept_.size() >= kMaxFiles || kept_.count(url) > 0)
+  if (kept_bytes_ + info->size > budget_ || kept_.size() >= kMaxFiles || kept_.count(url) > 0)
     return file;
   std::shared_ptr<RandomAccessFile> shared = std::move(file);
-  kept_.emplace(url, Kept{shared, info.size, info.mtime_ns});
-  kept_bytes_ += info.size;
+  kept_.emplace(url, Kept{shared, info->size, info->mtime_ns});
+  kept_bytes_ += info->size;
   return std::unique_ptr<RandomAccessFile>(new KeptFile(std::move(shared)));
+}
+
+void KeptMappings::Forget(const std::string& url) {
+  std::shared_ptr<RandomAccessFile> gone;  // unmapped after the lock is let go
+  MutexLock lock(&mu_);
+  auto it = kept_.find(url);
+  if (it == kept_.end()) return;
+  gone = std::move(it->second.file);
+  kept_bytes_ -= it->second.size;
+  kept_.erase(it);
 }
 
 uint64_t KeptMappings::kept_bytes() {

@@ -149,17 +149,19 @@ Result<std::unique_ptr<DirectRange>> LaneReader::OpenDirect(const LaneRange& r) 
   Source& source = config_->tar.source != nullptr ? *config_->tar.source : *DefaultSource();
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> index,
                                source.OpenRandomAccess(IndexUrlFor(ref.url)));
+  KeptMappings* kept = config_->direct_mapped ? config_->kept_mappings.get() : nullptr;
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> shard,
-                               config_->direct_mapped && config_->kept_mappings != nullptr
-                                   ? config_->kept_mappings->Open(source, ref.url)
-                                   : source.OpenRandomAccess(ref.url));
+                               kept != nullptr ? kept->Open(source, ref.url)
+                                               : source.OpenRandomAccess(ref.url));
   SHARDSTREAM_ASSIGN_OR_RETURN(RandomAccessFile::View view, ViewIfMapped(shard.get()));
-  SHARDSTREAM_ASSIGN_OR_RETURN(auto range,
-                               DirectRange::Open(ref.url, std::move(shard), std::move(index),
-                                                 config_->direct_field, config_->direct_dtype,
-                                                 r.first, r.end));
-  range->SetView(view);
-  return range;
+  auto range = DirectRange::Open(ref.url, std::move(shard), std::move(index),
+                                 config_->direct_field, config_->direct_dtype, r.first, r.end);
+  if (!range.ok()) {
+    if (kept != nullptr) kept->Forget(ref.url);  // read the usual way: nothing to keep it for
+    return range.status();
+  }
+  (*range)->SetView(view);
+  return std::move(*range);
 }
 
 Result<RandomAccessFile::View> LaneReader::ViewIfMapped(RandomAccessFile* shard) {

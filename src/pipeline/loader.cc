@@ -75,8 +75,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   if (impl->opt.mode == LoaderMode::kEval) impl->opt.shuffle_buffer = 0;  // manifest order
   // Made here, not with the first run, so that stats() may read it from any thread.
   const LoaderOptions& o = impl->opt;
-  if (o.direct_reads && !o.tokens.field.empty() && o.shuffle_buffer > 1 && o.mapped_keep_bytes > 0)
-    impl->kept_mappings = std::make_shared<internal::KeptMappings>(o.mapped_keep_bytes);
+  const uint64_t keep = internal::KeptMappingBudget(o, impl->manifest);
+  if (o.direct_reads && !o.tokens.field.empty() && o.shuffle_buffer > 1 && keep > 0)
+    impl->kept_mappings = std::make_shared<internal::KeptMappings>(keep);
   SHARDSTREAM_RETURN_IF_ERROR(impl->Plan(nullptr, impl->opt.epoch));
 #ifdef __GLIBC__
   // Start-up over a large data set frees its scratch (the manifest's read

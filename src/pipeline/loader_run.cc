@@ -426,7 +426,8 @@ Status LoaderRun::ShuffleDirect(DirectCursor* c) {
   // faults its page back in from the page cache (the kernel maps a few
   // neighbours along), so the last few steps are released again each time:
   // a shard's mapping holds about 2 x kResidentStep of RSS plus a little,
-  // however large the shard.
+  // however large the shard. (Not a shard kept mapped across epochs
+  // (KeptMappings): its ReleaseView does nothing, and it holds what was read.)
   constexpr uint64_t kResidentStep = uint64_t{4} << 20;
   const DirectShard& shard = *c->doc.shard;
   if (shard.view.data != nullptr) {

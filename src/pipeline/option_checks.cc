@@ -158,4 +158,11 @@ Status CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m) {
                         "shuffle_buffer");
 }
 
+uint64_t KeptMappingBudget(const LoaderOptions& o, const ShardTable& m) {
+  if (o.memory_budget == 0) return o.mapped_keep_bytes;
+  const uint64_t need = Estimate(o, m).total();
+  return o.memory_budget > need ? std::min<uint64_t>(o.mapped_keep_bytes, o.memory_budget - need)
+                                : 0;
+}
+
 }  // namespace shardstream::internal

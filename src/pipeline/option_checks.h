@@ -18,6 +18,11 @@ Status ValidateLoaderOptions(const LoaderOptions& o);
 // memory_budget for data set `m` (0: no check).
 Status CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m);
 
+// Bytes of shards the loader may keep mapped (mapped_keep_bytes): with a
+// memory_budget, at most what the estimate above leaves of it, since kept
+// pages stay resident. Call after CheckMemoryBudget.
+uint64_t KeptMappingBudget(const LoaderOptions& o, const ShardTable& m);
+
 }  // namespace shardstream::internal
 
 #endif  // SHARDSTREAM_PIPELINE_OPTION_CHECKS_H_

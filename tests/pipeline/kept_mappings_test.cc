@@ -10,6 +10,7 @@
 #include <ctime>
 #include <string>
 
+#include "support/fault_source.h"
 #include "support/test_util.h"
 
 namespace shardstream {
@@ -87,6 +88,52 @@ TEST(KeptMappingsTest, ABudgetOfZeroKeepsNothing) {
   auto f2 = *kept.Open(*source, a);
   EXPECT_NE(MapAddress(*f1), MapAddress(*f2));
   EXPECT_EQ(kept.kept_bytes(), 0u);
+}
+
+TEST(KeptMappingsTest, AFileDeletedSinceIsLetGoWithTheSourcesError) {
+  TempDir dir;
+  const std::string a = dir.path() + "/a";
+  testing::WriteFile(a, std::string(4096, 'a'));
+  internal::KeptMappings kept(uint64_t{1} << 20);
+  auto source = LocalSource();
+  ASSERT_TRUE(kept.Open(*source, a).ok());
+  EXPECT_EQ(kept.kept_bytes(), 4096u);
+  ASSERT_EQ(std::remove(a.c_str()), 0);
+  auto f = kept.Open(*source, a);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kNotFound) << f.status();
+  EXPECT_EQ(kept.kept_bytes(), 0u);  // its descriptor closed: the disk space is freed
+}
+
+// Files a range could not use are let go (Forget), and files the source
+// cannot map are never kept; at most kMaxFiles are.
+TEST(KeptMappingsTest, OnlyFilesThatMapAreKeptAndAtMostKMaxFiles) {
+  TempDir dir;
+  const std::string a = dir.path() + "/a";
+  testing::WriteFile(a, std::string(4096, 'a'));
+  internal::KeptMappings kept(uint64_t{1} << 30);
+  auto source = LocalSource();
+  auto a1 = *kept.Open(*source, a);
+  kept.Forget(a);
+  EXPECT_EQ(kept.kept_bytes(), 0u);
+  auto a2 = *kept.Open(*source, a);
+  EXPECT_NE(MapAddress(*a1), MapAddress(*a2));  // mapped anew, and kept again
+  EXPECT_EQ(kept.kept_bytes(), 4096u);
+  kept.Forget(a);
+
+  testing::FaultSource unmappable(LocalSource());
+  auto u = kept.Open(unmappable, a);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_FALSE((*u)->MapView().ok());
+  EXPECT_EQ(kept.kept_bytes(), 0u);
+
+  const size_t n = internal::KeptMappings::kMaxFiles + 4;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string f = dir.path() + "/f" + std::to_string(i);
+    testing::WriteFile(f, "12345678");
+    ASSERT_TRUE(kept.Open(*source, f).ok());
+  }
+  EXPECT_EQ(kept.kept_bytes(), 8 * internal::KeptMappings::kMaxFiles);
 }
 
 TEST(KeptMappingsTest, AMissingFileIsTheSourcesError) {

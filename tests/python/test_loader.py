@@ -354,8 +354,9 @@ def test_shuffled_token_shards_stay_mapped_across_epochs(tmp_path):
     shard_bytes = sum(os.path.getsize(p) for p in glob.glob(str(tmp_path / "*.tar")))
     runs = {}
     for keep in ("1GiB", 0):
-        with shardstream.Loader(manifest, tokens={"field": "tokens.npy", "seq_len": 32}, batch_size=4,
-                                shuffle_buffer=50, seed=2, mapped_keep_bytes=keep) as lo:
+        with shardstream.Loader(manifest, tokens={"field": "tokens.npy", "seq_len": 32},
+                                batch_size=4, shuffle_buffer=50, seed=2,
+                                mapped_keep_bytes=keep) as lo:
             epochs = [[np.array(b["tokens"]) for b in lo] for _ in range(2)]
             stats = lo.stats()
             runs[keep] = (epochs, stats["mapped_kept_bytes"], stats["direct_samples"],

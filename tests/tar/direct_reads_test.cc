@@ -817,13 +817,18 @@ TEST(DirectReadsTest, AnIndexTheSourceCannotReadLeavesTheRangeToReadBuffers) {
   }
 }
 
-// Whether the process maps `path` now (/proc/self/maps).
+// Whether the process maps the file at `path` now: its inode in
+// /proc/self/maps (by inode, not name: TMPDIR may be spelt otherwise there).
 bool MappedNow(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
   std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    const size_t n = path.size();
-    if (line.size() >= n && line.compare(line.size() - n, n, path) == 0) return true;
+  std::string range, perms, offset, dev;
+  uint64_t inode = 0;
+  std::string rest;
+  while (maps >> range >> perms >> offset >> dev >> inode) {
+    std::getline(maps, rest);
+    if (inode == static_cast<uint64_t>(st.st_ino) && inode != 0) return true;
   }
   return false;
 }
@@ -886,6 +891,35 @@ TEST(DirectReadsTest, ShardsKeptMappedAcrossEpochsGiveTheSameBatches) {
   }
 }
 
+// With a memory_budget, shards are kept mapped only in what the budget
+// leaves over the rest of the loader's estimate: kept pages stay resident.
+TEST(DirectReadsTest, AMemoryBudgetBoundsTheShardsKeptMapped) {
+  TempDir dir;
+  auto d = Tokens(dir.path(), 3, 60);
+  LoaderOptions o = TokenOptions(d.manifest);
+  o.shuffle_buffer = 64;
+  // The least budget Loader::Create takes for these options.
+  uint64_t lo = 1, hi = uint64_t{1} << 34;
+  while (lo < hi) {
+    o.memory_budget = (lo + hi) / 2;
+    if (Loader::Create(o).ok()) hi = o.memory_budget; else lo = o.memory_budget + 1;
+  }
+  const uint64_t least = lo, shard = testing::ReadFile(d.shard_paths[0]).size();
+  for (uint64_t budget : {least, least + shard + 4096}) {
+    o.memory_budget = budget;
+    auto l = *Loader::Create(o);
+    Epoch e = Drain(l.get());
+    ASSERT_TRUE(e.error.ok()) << e.error;
+    EXPECT_EQ(e.direct, 180u);
+    if (budget == least) {
+      EXPECT_EQ(l->stats().mapped_kept_bytes, 0u);
+    } else {
+      EXPECT_GT(l->stats().mapped_kept_bytes, 0u);
+      EXPECT_LE(l->stats().mapped_kept_bytes, shard + 4096);
+    }
+  }
+}
+
 // A shard replaced between epochs (another file renamed over it, as a
 // careful writer does) is read anew, not from the mapping kept of the old
 // file: the next epoch's batches are a fresh loader's.
@@ -899,6 +933,7 @@ TEST(DirectReadsTest, AShardReplacedBetweenEpochsIsNotReadFromItsKeptMapping) {
   Epoch first = Drain(l.get());
   ASSERT_TRUE(first.error.ok()) << first.error;
   ASSERT_EQ(first.direct, 120u);
+  ASSERT_GT(l->stats().mapped_kept_bytes, 0u);  // the old file is kept
   const std::vector<Epoch> old = Epochs(o, 2);
   // The same shard but one token: the last value of its sample 7.
   auto index = ReadSampleIndex(d.shard_paths[1]);
