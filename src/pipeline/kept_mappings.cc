@@ -35,18 +35,16 @@ Result<std::unique_ptr<RandomAccessFile>> KeptMappings::Open(Source& source,
   // Asked every time: a shard rewritten since it was kept is read anew.
   Result<FileInfo> info = source.Stat(url);
   {
-    std::shared_ptr<RandomAccessFile> gone;  // unmapped after the lock is let go
     MutexLock lock(&mu_);
     auto it = kept_.find(url);
-    if (it != kept_.end()) {
-      if (info.ok() && it->second.size == info->size && it->second.mtime_ns == info->mtime_ns)
-        return std::unique_ptr<RandomAccessFile>(new KeptFile(it->second.file));
-      gone = std::move(it->second.file);  // ranges still on it keep it open
-      kept_bytes_ -= it->second.size;
-      kept_.erase(it);
-    }
+    if (it != kept_.end() && info.ok() && it->second.size == info->size &&
+        it->second.mtime_ns == info->mtime_ns)
+      return std::unique_ptr<RandomAccessFile>(new KeptFile(it->second.file));
   }
-  if (!info.ok()) return info.status();
+  Forget(url);  // changed or gone: ranges still on the old file keep it open
+  // A file that does not stat (deleted, or a source without Stat) is opened
+  // as it would be without keeping, and not kept.
+  if (!info.ok()) return source.OpenRandomAccess(url);
   SHARDSTREAM_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
                                source.OpenRandomAccess(url));
   // A file the source cannot map is read the usual way: nothing to keep.

@@ -33,8 +33,8 @@ class SHARDSTREAM_EXPORT KeptMappings {
   explicit KeptMappings(uint64_t budget_bytes) : budget_(budget_bytes) {}
   // The file at `url` through `source`: the kept one if it is still the
   // same file, else a new one, kept if it maps (RandomAccessFile::MapView)
-  // and the budget has room for it. A file that no longer stats (deleted)
-  // is let go, and the error returned.
+  // and the budget has room for it. A file that no longer stats is let go
+  // and opened as without keeping (a deleted one: the source's error).
   Result<std::unique_ptr<RandomAccessFile>> Open(Source& source, const std::string& url);
   // Lets `url`'s kept file go: its range could not use it (a compressed
   // shard, a stale index), so it would hold budget and a descriptor for

@@ -65,7 +65,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     impl->stream_samples.assign(impl->layout.streams().size(), 0);
   }
   impl->manifest_fingerprint = impl->manifest.Fingerprint();
-  SHARDSTREAM_RETURN_IF_ERROR(internal::CheckMemoryBudget(options, impl->manifest));
+  SHARDSTREAM_ASSIGN_OR_RETURN(const uint64_t keep,
+                               internal::CheckMemoryBudget(options, impl->manifest));
   SHARDSTREAM_ASSIGN_OR_RETURN(impl->mds_columns, internal::MdsColumnsOf(impl->manifest));
   SHARDSTREAM_RETURN_IF_ERROR(
       internal::ResolveMdsFields(impl->mds_columns, &options, &impl->token_decode));
@@ -75,7 +76,6 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   if (impl->opt.mode == LoaderMode::kEval) impl->opt.shuffle_buffer = 0;  // manifest order
   // Made here, not with the first run, so that stats() may read it from any thread.
   const LoaderOptions& o = impl->opt;
-  const uint64_t keep = internal::KeptMappingBudget(o, impl->manifest);
   if (o.direct_reads && !o.tokens.field.empty() && o.shuffle_buffer > 1 && keep > 0)
     impl->kept_mappings = std::make_shared<internal::KeptMappings>(keep);
   SHARDSTREAM_RETURN_IF_ERROR(impl->Plan(nullptr, impl->opt.epoch));

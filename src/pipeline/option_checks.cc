@@ -145,10 +145,11 @@ MemoryEstimate Estimate(const LoaderOptions& o, const ShardTable& m) {
 
 }  // namespace
 
-Status CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m) {
-  if (o.memory_budget == 0) return Status::OK();
+Result<uint64_t> CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m) {
+  if (o.memory_budget == 0) return o.mapped_keep_bytes;
   const MemoryEstimate e = Estimate(o, m);
-  if (e.total() <= o.memory_budget) return Status::OK();
+  if (e.total() <= o.memory_budget)
+    return std::min<uint64_t>(o.mapped_keep_bytes, o.memory_budget - e.total());
   return Status::Config("loader: the options need about " + std::to_string(e.total() >> 20) +
                         " MiB (batch slots " + std::to_string(e.slots >> 20) +
                         " MiB, read buffers " + std::to_string(e.read >> 20) +
@@ -156,13 +157,6 @@ Status CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m) {
                         " MiB), over memory_budget " + std::to_string(o.memory_budget >> 20) +
                         " MiB; lower prefetch, batch_size, open_shards, read_chunk or "
                         "shuffle_buffer");
-}
-
-uint64_t KeptMappingBudget(const LoaderOptions& o, const ShardTable& m) {
-  if (o.memory_budget == 0) return o.mapped_keep_bytes;
-  const uint64_t need = Estimate(o, m).total();
-  return o.memory_budget > need ? std::min<uint64_t>(o.mapped_keep_bytes, o.memory_budget - need)
-                                : 0;
 }
 
 }  // namespace shardstream::internal

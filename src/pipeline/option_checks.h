@@ -7,6 +7,7 @@
 #include "manifest/shard_table.h"
 #include "shardstream/manifest.h"
 #include "shardstream/options.h"
+#include "shardstream/result.h"
 #include "shardstream/status.h"
 
 namespace shardstream::internal {
@@ -15,13 +16,10 @@ namespace shardstream::internal {
 Status ValidateLoaderOptions(const LoaderOptions& o);
 
 // kConfig with the estimate's parts when the options need more than
-// memory_budget for data set `m` (0: no check).
-Status CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m);
-
-// Bytes of shards the loader may keep mapped (mapped_keep_bytes): with a
-// memory_budget, at most what the estimate above leaves of it, since kept
-// pages stay resident. Call after CheckMemoryBudget.
-uint64_t KeptMappingBudget(const LoaderOptions& o, const ShardTable& m);
+// memory_budget for data set `m` (0: no check). Else the bytes of shards
+// the loader may keep mapped (mapped_keep_bytes): with a memory_budget, at
+// most what the estimate leaves of it, since kept pages stay resident.
+Result<uint64_t> CheckMemoryBudget(const LoaderOptions& o, const ShardTable& m);
 
 }  // namespace shardstream::internal
 
